@@ -1,0 +1,173 @@
+"""Models built in code with seeded weights (no downloads) and the Arm/TOSA lowering used by
+the demo, the benchmarks and the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_MODEL = "llama8"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    build: Callable[[], tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]
+    mode: str  # "INT" or "FP"
+
+
+def build_llama(
+    n_layers: int, dim: int = 64, seq_len: int = 8, seed: int = 0
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A llama-style transformer from executorch's examples with seeded random weights."""
+    from executorch.examples.models.llama.llama_transformer import construct_transformer
+    from executorch.examples.models.llama.model_args import ModelArgs
+
+    torch.manual_seed(seed)
+    args = ModelArgs(
+        dim=dim,
+        n_layers=n_layers,
+        n_heads=4,
+        vocab_size=128,
+        hidden_dim=2 * dim,
+        max_seq_len=seq_len,
+        max_context_len=seq_len,
+        use_kv_cache=False,
+    )
+    model = construct_transformer(args).eval()
+    tokens = torch.randint(0, args.vocab_size, (1, seq_len))
+    return model, (tokens,)
+
+
+def build_mlperf(name: str, seed: int = 0) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """One of the MLPerf Tiny models from executorch's examples, seeded."""
+    from executorch.examples.models import mlperf_tiny
+
+    torch.manual_seed(seed)
+    wrapper = getattr(mlperf_tiny, name)()
+    model = wrapper.get_eager_model()
+    inputs = wrapper.get_example_inputs()
+    return model, tuple(inputs)
+
+
+class TransformerBlock(torch.nn.Module):
+    """Multi-head attention + MLP written with explicit view/permute traffic."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(dim, 2 * dim), torch.nn.GELU(), torch.nn.Linear(2 * dim, dim)
+        )
+        self.n1 = torch.nn.LayerNorm(dim)
+        self.n2 = torch.nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.heads
+        q, k, v = self.qkv(self.n1(x)).chunk(3, dim=-1)
+        q = q.reshape(b, t, h, d // h).permute(0, 2, 1, 3)
+        k = k.reshape(b, t, h, d // h).permute(0, 2, 3, 1)
+        v = v.reshape(b, t, h, d // h).permute(0, 2, 1, 3)
+        a = torch.softmax(q @ k / (d // h) ** 0.5, dim=-1) @ v
+        x = x + self.proj(a.permute(0, 2, 1, 3).reshape(b, t, d))
+        return x + self.mlp(self.n2(x))
+
+
+def build_synthetic_transformer(
+    blocks: int, dim: int = 32, seq_len: int = 8, seed: int = 0
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(*[TransformerBlock(dim, 4) for _ in range(blocks)]).eval()
+    return model, (torch.randn(1, seq_len, dim),)
+
+
+def build_convnet(seed: int = 0) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, 16, 3, padding=1, groups=16),
+        torch.nn.Conv2d(16, 32, 1),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(32, 10),
+    ).eval()
+    return model, (torch.randn(1, 3, 32, 32),)
+
+
+def _zoo() -> dict[str, ModelSpec]:
+    zoo: dict[str, ModelSpec] = {}
+    for name in ("DSCNNKWSModel", "ResNet8Model", "MobileNetV1025Model", "DeepAutoEncoderModel"):
+        short = name.removesuffix("Model").lower()
+        zoo[short] = ModelSpec(short, lambda name=name: build_mlperf(name), "INT")
+    for layers in (1, 2, 4, 8, 16):
+        zoo[f"llama{layers}"] = ModelSpec(
+            f"llama{layers}", lambda n=layers: build_llama(n), "INT"
+        )
+        zoo[f"llama{layers}-fp"] = ModelSpec(
+            f"llama{layers}-fp", lambda n=layers: build_llama(n), "FP"
+        )
+    for blocks in (1, 2, 4, 8, 16, 32):
+        zoo[f"transformer{blocks}"] = ModelSpec(
+            f"transformer{blocks}", lambda n=blocks: build_synthetic_transformer(n), "FP"
+        )
+    zoo["convnet"] = ModelSpec("convnet", build_convnet, "FP")
+    return zoo
+
+
+ZOO = _zoo()
+
+
+def compile_spec(mode: str) -> Any:
+    from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
+
+    return TosaCompileSpec(f"TOSA-1.0+{mode}")
+
+
+def export_for_arm(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str, seed: int = 0
+) -> Any:
+    """torch.export the model; for INT, quantize it with the TOSA quantizer first."""
+    if mode == "FP":
+        return torch.export.export(model, inputs)
+    from executorch.backends.arm.quantizer import (
+        TOSAQuantizer,
+        get_symmetric_quantization_config,
+    )
+
+    # The same steps as executorch's own Arm test pipeline (ArmQuantize).
+    torch.manual_seed(seed)
+    quantizer = TOSAQuantizer(compile_spec(mode))
+    quantizer.set_global(get_symmetric_quantization_config())
+    graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    converted = quantizer._quantize_with_submodules(graph, [inputs], False, True)
+    return torch.export.export(converted, inputs, strict=True)
+
+
+def lower(exported: Any, mode: str) -> Any:
+    """``to_edge_transform_and_lower`` with the TOSA partitioner, as a user script does."""
+    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower(exported, partitioner=[TOSAPartitioner(compile_spec(mode))])
+
+
+def tosa_bytes(edge: Any) -> list[bytes]:
+    """``processed_bytes`` of every lowered module, in graph order."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
+    gm = edge.exported_program().graph_module
+    return [bytes(lowered.processed_bytes) for _, lowered, _ in get_lowered_submodules(gm)]
+
+
+def build(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], str]:
+    spec = ZOO[name]
+    model, inputs = spec.build()
+    return model, inputs, spec.mode

@@ -1,0 +1,373 @@
+"""Export an fx graph, once and in one O(N) walk, into the columnar node table Rust reads.
+
+Node ids are positions in graph order. Target classes are decided once per distinct target
+(``classify``) with executorch's own predicates, so the Rust side only ever sees bits.
+The column names, dtypes and bit values mirror ``rust/table.rs``; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import fx
+
+OP_KINDS = ("placeholder", "call_function", "get_attr", "output", "call_module", "call_method")
+_OP_CODE = {name: code for code, name in enumerate(OP_KINDS)}
+
+# dtype codes; -1 means no tensor value or a dtype outside this list.
+DTYPES = (
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+)
+_DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
+
+
+class Flag(enum.IntFlag):
+    """Per-node flag bits (``flags`` column); mirrors ``table::flag``."""
+
+    CONSTANT = 1 << 0
+    SYMBOLIC = 1 << 1
+    INT48 = 1 << 2
+    NON_TENSOR = 1 << 3
+    OPAQUE_ARGS = 1 << 4
+    FEEDS_OUTPUT = 1 << 5
+
+
+class Cls(enum.IntFlag):
+    """Per-target class bits (``target_class`` column); mirrors ``table::class``."""
+
+    PERMUTE = 1 << 0
+    VIEW = 1 << 1
+    ELEMENTWISE = 1 << 2
+    TRANSPARENT = 1 << 3
+    REDUCTION = 1 << 4
+    SLICE = 1 << 5
+    CAT = 1 << 6
+    TOSA_TABLE = 1 << 7
+    TOSA_RESCALE = 1 << 8
+    TOSA_SCATTER = 1 << 9
+    EXCLUDED = 1 << 10
+
+
+def _edge_targets() -> dict[str, Any]:
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    edge = exir_ops.edge
+    return {
+        "permute": edge.aten.permute_copy.default,
+        "view_copy": edge.aten.view_copy.default,
+        "view": edge.aten.view.default,
+        "clone_dim_order": edge.dim_order_ops._clone_dim_order.default,
+        "to_dim_order_copy": edge.dim_order_ops._to_dim_order_copy.default,
+        "mean": edge.aten.mean.dim,
+        "sum": edge.aten.sum.dim_IntList,
+        "slice": edge.aten.slice_copy.Tensor,
+        "cat": edge.aten.cat.default,
+    }
+
+
+def _tosa_targets() -> dict[str, Any]:
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    tosa = exir_ops.backend.tosa
+    return {"table": tosa.TABLE.default, "rescale": tosa.RESCALE.default, "scatter": tosa.SCATTER.default}
+
+
+def is_pointwise(target: Any) -> bool:
+    """The stock propagation test for elementwise ops: the ``pointwise`` op tag."""
+    op = getattr(target, "_op", None)
+    return op is not None and hasattr(op, "tags") and torch.Tag.pointwise in op.tags
+
+
+def classify(target: Any, excluded: Iterable[Any] = ()) -> int:
+    """Default class bits of one target, as the Arm view/permute passes see it."""
+    if target is None or isinstance(target, str):
+        return 0
+    e = _edge_targets()
+    t = _tosa_targets()
+    bits = Cls(0)
+    if target == e["permute"]:
+        bits |= Cls.PERMUTE
+    if target in (e["view_copy"], e["view"]):
+        bits |= Cls.VIEW
+    if target in (e["clone_dim_order"], e["to_dim_order_copy"]):
+        bits |= Cls.TRANSPARENT
+    if is_pointwise(target):
+        bits |= Cls.ELEMENTWISE
+    if target in (e["mean"], e["sum"]):
+        bits |= Cls.REDUCTION
+    if target == e["slice"]:
+        bits |= Cls.SLICE
+    if target == e["cat"]:
+        bits |= Cls.CAT
+    if target == t["table"]:
+        bits |= Cls.TOSA_TABLE
+    if target == t["rescale"]:
+        bits |= Cls.TOSA_RESCALE
+    if target == t["scatter"]:
+        bits |= Cls.TOSA_SCATTER
+    if target in set(excluded):
+        bits |= Cls.EXCLUDED
+    return int(bits)
+
+
+@dataclass
+class NodeTable:
+    """Columns of one exported graph plus the fx objects each id stands for."""
+
+    op: np.ndarray
+    target: np.ndarray
+    target_class: np.ndarray
+    in_ptr: np.ndarray
+    in_idx: np.ndarray
+    user_ptr: np.ndarray
+    user_idx: np.ndarray
+    rank: np.ndarray
+    shape_ptr: np.ndarray
+    shape: np.ndarray
+    dtype: np.ndarray
+    iarg_ptr: np.ndarray
+    iarg: np.ndarray
+    flags: np.ndarray
+    nodes: list[fx.Node] = field(repr=False)
+    targets: list[Any] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def index(self) -> dict[fx.Node, int]:
+        return {n: i for i, n in enumerate(self.nodes)}
+
+    def shape_of(self, i: int) -> list[int] | None:
+        if self.rank[i] < 0:
+            return None
+        return self.shape[self.shape_ptr[i] : self.shape_ptr[i + 1]].tolist()
+
+    def iargs_of(self, i: int) -> list[int]:
+        return self.iarg[self.iarg_ptr[i] : self.iarg_ptr[i + 1]].tolist()
+
+
+def _int_list(value: Any) -> list[int] | None:
+    """``value`` as a list of plain ints, or None if it is anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        return list(value)
+    return None
+
+
+def _arg(node: fx.Node, pos: int, name: str, default: Any) -> Any:
+    if len(node.args) > pos:
+        return node.args[pos]
+    return node.kwargs.get(name, default)
+
+
+def encode_iargs(node: fx.Node, cls: int) -> list[int] | None:
+    """The integer arguments the kernels need, or None when they are not plain ints.
+
+    permute: dims; view: shape; reduction: [keepdim (1/0, -1 when absent), *dims];
+    slice: [dim, start, end, step]; cat: [dim]. Other classes carry none.
+    """
+    if cls & (Cls.PERMUTE | Cls.VIEW):
+        return _int_list(_arg(node, 1, "dims" if cls & Cls.PERMUTE else "size", None))
+    if cls & Cls.REDUCTION:
+        dims = _int_list(_arg(node, 1, "dim", None))
+        keep = _arg(node, 2, "keepdim", None)
+        if dims is None or not (keep is None or isinstance(keep, bool)):
+            return None
+        return [-1 if keep is None else int(keep), *dims]
+    if cls & Cls.SLICE:
+        vals = [
+            _arg(node, 1, "dim", 0),
+            _arg(node, 2, "start", None),
+            _arg(node, 3, "end", None),
+            _arg(node, 4, "step", 1),
+        ]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+            return None
+        return vals
+    if cls & Cls.CAT:
+        return _int_list(_arg(node, 1, "dim", 0))
+    return []
+
+
+def constant_names(exported_program: Any) -> frozenset[str]:
+    """Placeholder names that are parameters, buffers or lifted constants."""
+    if exported_program is None:
+        return frozenset()
+    gs = exported_program.graph_signature
+    return frozenset(
+        set(gs.inputs_to_parameters)
+        | set(gs.inputs_to_buffers)
+        | set(gs.inputs_to_lifted_tensor_constants)
+    )
+
+
+def _int48_key() -> tuple[str, Any] | None:
+    try:
+        from executorch.backends.arm.tosa.mapping import TosaSpecialDtype
+    except ImportError:  # pragma: no cover - tosa-tools missing
+        return None
+    return TosaSpecialDtype.meta_key(), TosaSpecialDtype.INT48
+
+
+def export_table(
+    graph_module: fx.GraphModule,
+    constants: frozenset[str] = frozenset(),
+    classifier: Callable[[Any], int] = classify,
+) -> NodeTable:
+    """Walk ``graph_module`` once and return its node table.
+
+    ``constants`` names the placeholders that count as constant (see ``constant_names``);
+    get_attr nodes always do. ``classifier`` maps a target to class bits and is called once
+    per distinct target.
+    """
+    nodes = list(graph_module.graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    n = len(nodes)
+    int48 = _int48_key()
+
+    targets: list[Any] = []
+    target_code: dict[Any, int] = {}
+    classes: list[int] = []
+
+    op = np.empty(n, dtype=np.uint8)
+    target = np.empty(n, dtype=np.int32)
+    rank = np.empty(n, dtype=np.int32)
+    dtype = np.empty(n, dtype=np.int32)
+    flags = np.zeros(n, dtype=np.uint32)
+    in_ptr = np.empty(n + 1, dtype=np.int64)
+    user_ptr = np.empty(n + 1, dtype=np.int64)
+    shape_ptr = np.empty(n + 1, dtype=np.int64)
+    iarg_ptr = np.empty(n + 1, dtype=np.int64)
+    in_idx: list[int] = []
+    user_idx: list[int] = []
+    shape: list[int] = []
+    iarg: list[int] = []
+    in_ptr[0] = user_ptr[0] = shape_ptr[0] = iarg_ptr[0] = 0
+
+    for i, node in enumerate(nodes):
+        op[i] = _OP_CODE[node.op]
+        f = 0
+        cls = 0
+        if node.op in ("call_function", "call_method", "call_module"):
+            key = node.target
+            code = target_code.get(key)
+            if code is None:
+                code = target_code[key] = len(targets)
+                targets.append(key)
+                classes.append(int(classifier(key)))
+            target[i] = code
+            cls = classes[code]
+        else:
+            target[i] = -1
+
+        if node.op == "get_attr" or (node.op == "placeholder" and node.name in constants):
+            f |= Flag.CONSTANT
+
+        in_idx.extend(index[a] for a in node.all_input_nodes)
+        in_ptr[i + 1] = len(in_idx)
+        for u in node.users:
+            user_idx.append(index[u])
+            if u.op == "output":
+                f |= Flag.FEEDS_OUTPUT
+        user_ptr[i + 1] = len(user_idx)
+
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dims = []
+            for d in val.shape:
+                if isinstance(d, int):
+                    dims.append(d)
+                else:
+                    dims.append(-1)
+                    f |= Flag.SYMBOLIC
+            rank[i] = len(dims)
+            shape.extend(dims)
+            dtype[i] = _DTYPE_CODE.get(val.dtype, -1)
+        else:
+            rank[i] = -1
+            dtype[i] = -1
+            f |= Flag.NON_TENSOR
+        shape_ptr[i + 1] = len(shape)
+
+        if int48 is not None and node.meta.get(int48[0]) == int48[1]:
+            f |= Flag.INT48
+
+        ia = encode_iargs(node, cls) if cls else []
+        if ia is None:
+            f |= Flag.OPAQUE_ARGS
+            ia = []
+        iarg.extend(ia)
+        iarg_ptr[i + 1] = len(iarg)
+        flags[i] = f
+
+    return NodeTable(
+        op=op,
+        target=target,
+        target_class=np.asarray(classes, dtype=np.uint32),
+        in_ptr=in_ptr,
+        in_idx=np.asarray(in_idx, dtype=np.int64),
+        user_ptr=user_ptr,
+        user_idx=np.asarray(user_idx, dtype=np.int64),
+        rank=rank,
+        shape_ptr=shape_ptr,
+        shape=np.asarray(shape, dtype=np.int64),
+        dtype=dtype,
+        iarg_ptr=iarg_ptr,
+        iarg=np.asarray(iarg, dtype=np.int64),
+        flags=flags,
+        nodes=nodes,
+        targets=targets,
+    )
+
+
+def fx_counts(graph_module: fx.GraphModule, constants: frozenset[str] = frozenset()) -> dict[str, int]:
+    """The counts ``_native.table_counts`` must report, computed from fx alone."""
+    nodes = list(graph_module.graph.nodes)
+    int48 = _int48_key()
+
+    def is_symbolic(n: fx.Node) -> bool:
+        val = n.meta.get("val")
+        return isinstance(val, torch.Tensor) and any(not isinstance(d, int) for d in val.shape)
+
+    def opaque(n: fx.Node) -> bool:
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return False
+        cls = classify(n.target)
+        return bool(cls) and encode_iargs(n, cls) is None
+
+    return {
+        "nodes": len(nodes),
+        "input_edges": sum(len(n.all_input_nodes) for n in nodes),
+        "user_edges": sum(len(n.users) for n in nodes),
+        "constants": sum(
+            n.op == "get_attr" or (n.op == "placeholder" and n.name in constants) for n in nodes
+        ),
+        "symbolic": sum(map(is_symbolic, nodes)),
+        "int48": sum(int48 is not None and n.meta.get(int48[0]) == int48[1] for n in nodes),
+        "non_tensor": sum(not isinstance(n.meta.get("val"), torch.Tensor) for n in nodes),
+        "opaque_args": sum(map(opaque, nodes)),
+        "feeds_output": sum(any(u.op == "output" for u in n.users) for n in nodes),
+    }
+
+
+def shapes_equal(a: Sequence[int], b: Sequence[int]) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))

@@ -1,0 +1,11 @@
+//! Graph-walk kernels for arm-accel.
+//!
+//! Everything here works on a borrowed [`table::NodeTable`] (columnar arrays exported once from
+//! a torch.fx graph) and never touches Python objects. The PyO3 bindings live in [`python`],
+//! behind the `python` feature that only maturin turns on.
+
+pub mod synth;
+pub mod table;
+
+#[cfg(feature = "python")]
+mod python;
