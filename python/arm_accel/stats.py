@@ -1,0 +1,66 @@
+"""Per-pass counters: calls, accelerated runs, fallbacks with reasons, re-traces, seconds.
+
+Thread-safe; read a snapshot with ``arm_accel.stats()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+_lock = threading.Lock()
+
+
+@dataclass
+class PassStats:
+    calls: int = 0
+    accelerated: int = 0
+    fallbacks: Counter[str] = field(default_factory=Counter)
+    retraces: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "calls": self.calls,
+            "accelerated": self.accelerated,
+            "fallbacks": dict(self.fallbacks),
+            "retraces": self.retraces,
+            "seconds": self.seconds,
+        }
+
+
+_stats: dict[str, PassStats] = {}
+
+
+def _get(name: str) -> PassStats:
+    s = _stats.get(name)
+    if s is None:
+        s = _stats[name] = PassStats()
+    return s
+
+
+def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0) -> None:
+    """One finished call of pass ``name``; ``accelerated`` is False for a stock run."""
+    with _lock:
+        s = _get(name)
+        s.calls += 1
+        s.accelerated += int(accelerated)
+        s.retraces += retraces
+        s.seconds += seconds
+
+
+def record_fallback(name: str, reason: str) -> None:
+    """The accelerated path declined (or failed) and the stock pass ran instead."""
+    with _lock:
+        _get(name).fallbacks[reason] += 1
+
+
+def snapshot() -> dict[str, dict[str, object]]:
+    with _lock:
+        return {name: s.as_dict() for name, s in sorted(_stats.items())}
+
+
+def reset() -> None:
+    with _lock:
+        _stats.clear()
