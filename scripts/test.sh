@@ -9,5 +9,5 @@ cargo fmt --check
 cargo clippy --all-targets -q -- -D warnings
 cargo clippy --all-targets --features python -q -- -D warnings
 cargo test -q
-ruff check python tests benches
-pytest -q "$@"
+python -m ruff check python tests benches
+python -m pytest -q "$@"

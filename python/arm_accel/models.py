@@ -108,9 +108,7 @@ def _zoo() -> dict[str, ModelSpec]:
         short = name.removesuffix("Model").lower()
         zoo[short] = ModelSpec(short, lambda name=name: build_mlperf(name), "INT")
     for layers in (1, 2, 4, 8, 16):
-        zoo[f"llama{layers}"] = ModelSpec(
-            f"llama{layers}", lambda n=layers: build_llama(n), "INT"
-        )
+        zoo[f"llama{layers}"] = ModelSpec(f"llama{layers}", lambda n=layers: build_llama(n), "INT")
         zoo[f"llama{layers}-fp"] = ModelSpec(
             f"llama{layers}-fp", lambda n=layers: build_llama(n), "FP"
         )

@@ -80,10 +80,15 @@ def _edge_targets() -> dict[str, Any]:
 
 
 def _tosa_targets() -> dict[str, Any]:
+    import executorch.backends.arm.tosa.dialect  # noqa: F401  (registers the TOSA ops)
     from executorch.exir.dialects._ops import ops as exir_ops
 
     tosa = exir_ops.backend.tosa
-    return {"table": tosa.TABLE.default, "rescale": tosa.RESCALE.default, "scatter": tosa.SCATTER.default}
+    return {
+        "table": tosa.TABLE.default,
+        "rescale": tosa.RESCALE.default,
+        "scatter": tosa.SCATTER.default,
+    }
 
 
 def is_pointwise(target: Any) -> bool:
@@ -339,7 +344,9 @@ def export_table(
     )
 
 
-def fx_counts(graph_module: fx.GraphModule, constants: frozenset[str] = frozenset()) -> dict[str, int]:
+def fx_counts(
+    graph_module: fx.GraphModule, constants: frozenset[str] = frozenset()
+) -> dict[str, int]:
     """The counts ``_native.table_counts`` must report, computed from fx alone."""
     nodes = list(graph_module.graph.nodes)
     int48 = _int48_key()

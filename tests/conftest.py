@@ -1,0 +1,29 @@
+"""Shared fixtures: graphs captured from real lowerings, built once per test session."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from arm_accel import capture, models
+
+# CI-sized models whose lowerings the tests capture (INT and FP).
+CAPTURE_MODELS = ("dscnnkws", "resnet8", "llama1", "llama1-fp")
+
+
+@functools.cache
+def captured_lowering(name: str) -> tuple[list[capture.Captured], list[bytes]]:
+    """Lower zoo model ``name`` stock once, recording what the view/permute passes receive.
+
+    Returns the captured pass inputs and the TOSA bytes of the lowering. Cached for the session.
+    """
+    model, inputs, mode = models.build(name)
+    exported = models.export_for_arm(model, inputs, mode)
+    with capture.capture() as records:
+        edge = models.lower(exported, mode)
+    return records, models.tosa_bytes(edge)
+
+
+@pytest.fixture(scope="session", params=CAPTURE_MODELS)
+def captured(request: pytest.FixtureRequest) -> list[capture.Captured]:
+    return captured_lowering(request.param)[0]

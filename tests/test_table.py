@@ -1,0 +1,149 @@
+"""Node table export: round trips on captured real graphs and malformed-input rejection."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from arm_accel import _native, table
+from torch import fx
+
+
+@functools.cache
+def _tiny_graph() -> fx.GraphModule:
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x.permute(0, 2, 1).reshape(2, 12)
+            return torch.sigmoid(y) + y
+
+    from executorch.exir import to_edge
+
+    edge = to_edge(torch.export.export(M(), (torch.randn(2, 3, 4),)))
+    return edge.exported_program().graph_module
+
+
+def test_round_trip_on_captured_graphs(captured) -> None:
+    assert captured, "the lowering reached none of the view/permute passes"
+    for record in captured:
+        gm = record.graph_module
+        constants = table.constant_names(getattr(record.pass_instance, "exported_program", None))
+        t = table.export_table(gm, constants)
+        assert _native.table_counts(t) == table.fx_counts(gm, constants), record.pass_name
+
+
+def test_columns_match_fx() -> None:
+    gm = _tiny_graph()
+    t = table.export_table(gm)
+    nodes = list(gm.graph.nodes)
+    assert t.nodes == nodes
+    index = t.index()
+    for i, node in enumerate(nodes):
+        assert table.OP_KINDS[t.op[i]] == node.op
+        ins = t.in_idx[t.in_ptr[i] : t.in_ptr[i + 1]].tolist()
+        assert ins == [index[a] for a in node.all_input_nodes]
+        users = t.user_idx[t.user_ptr[i] : t.user_ptr[i + 1]].tolist()
+        assert users == [index[u] for u in node.users]
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            assert t.shape_of(i) == list(val.shape)
+            assert table.DTYPES[t.dtype[i]] == val.dtype
+        else:
+            assert t.shape_of(i) is None
+        if node.op == "call_function":
+            assert t.targets[t.target[i]] is node.target
+    permutes = [i for i, n in enumerate(nodes) if "permute" in str(n.target)]
+    views = [i for i, n in enumerate(nodes) if "view" in str(n.target)]
+    assert permutes and views
+    assert t.iargs_of(permutes[0]) == [0, 2, 1]
+    assert t.iargs_of(views[0]) == [2, 12]
+
+
+def test_classes_use_executorch_predicates() -> None:
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    e = exir_ops.edge.aten
+    assert table.classify(e.permute_copy.default) == table.Cls.PERMUTE
+    assert table.classify(e.view_copy.default) == table.Cls.VIEW
+    assert table.classify(e.sigmoid.default) & table.Cls.ELEMENTWISE
+    assert table.classify(e.mean.dim) == table.Cls.REDUCTION
+    assert table.classify(e.convolution.default) == 0
+    assert table.classify(exir_ops.backend.tosa.TABLE.default) & table.Cls.TOSA_TABLE
+    assert table.classify(e.add.Tensor, excluded={e.add.Tensor}) & table.Cls.EXCLUDED
+
+
+def test_symbolic_dims_are_flagged() -> None:
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.permute(1, 0) * 2
+
+    batch = torch.export.Dim("batch", min=2, max=64)
+    ep = torch.export.export(M(), (torch.randn(4, 3),), dynamic_shapes=({0: batch},))
+    t = table.export_table(ep.graph_module)
+    counts = _native.table_counts(t)
+    assert counts["symbolic"] >= 2
+    assert counts == table.fx_counts(ep.graph_module)
+    sym = [i for i in range(len(t)) if t.flags[i] & table.Flag.SYMBOLIC]
+    assert all(-1 in t.shape_of(i) for i in sym)
+
+
+# Every column, a way to break it, and the message that must name the problem.
+MALFORMED = [
+    ("op", lambda t: t.op.astype(np.int64), "expected a 1-d numpy array of uint8"),
+    ("op", lambda t: np.full_like(t.op, 9), "unknown op kind 9"),
+    ("op", lambda t: t.op[:-1].copy(), "length"),
+    ("target", lambda t: np.full_like(t.target, 99), "target code 99"),
+    ("target", lambda t: t.target.astype(np.float32), "int32"),
+    ("target_class", lambda t: np.full_like(t.target_class, 1 << 30), "unknown class bits"),
+    ("in_ptr", lambda t: t.in_ptr[::-1].copy(), "starts at"),
+    ("in_ptr", lambda t: t.in_ptr[:-1].copy(), "length"),
+    ("in_idx", lambda t: -np.ones_like(t.in_idx), "expected 0 <= input"),
+    ("in_idx", lambda t: np.full_like(t.in_idx, len(t.op) - 1), "expected 0 <= input"),
+    ("user_ptr", lambda t: np.zeros_like(t.user_ptr), "ends at"),
+    ("user_idx", lambda t: np.zeros_like(t.user_idx), "expected"),
+    ("rank", lambda t: t.rank + 1, "dims in shape"),
+    ("rank", lambda t: np.full_like(t.rank, -5), "rank -5"),
+    ("shape_ptr", lambda t: t.shape_ptr + 1, "starts at"),
+    ("shape", lambda t: -np.ones_like(t.shape), "dim -1"),
+    ("dtype", lambda t: t.dtype[1:].copy(), "length"),
+    ("iarg_ptr", lambda t: np.zeros_like(t.iarg_ptr), "ends at"),
+    ("iarg", lambda t: np.concatenate([t.iarg, [1]]), "ends at"),
+    ("flags", lambda t: t.flags | np.uint32(1 << 31), "unknown flag bits"),
+    ("flags", lambda t: t.flags[::2], "C-contiguous|length"),
+]
+
+
+@pytest.mark.parametrize(("field", "breaker", "message"), MALFORMED)
+def test_malformed_tables_raise_value_error(field, breaker, message) -> None:
+    t = table.export_table(_tiny_graph())
+    _native.table_counts(t)  # the unbroken table is valid
+    setattr(t, field, breaker(t))
+    with pytest.raises(ValueError, match=message) as info:
+        _native.table_counts(t)
+    assert field.split("_")[0] in str(info.value) or "node table" in str(info.value)
+
+
+def test_non_contiguous_column_is_rejected() -> None:
+    t = table.export_table(_tiny_graph())
+    t.in_ptr = np.repeat(t.in_ptr, 2)[::2]
+    assert not t.in_ptr.flags.c_contiguous
+    with pytest.raises(ValueError, match="'in_ptr': array must be C-contiguous"):
+        _native.table_counts(t)
+
+
+def test_missing_column_is_rejected() -> None:
+    t = table.export_table(_tiny_graph())
+    del t.flags
+    with pytest.raises(ValueError, match="'flags': missing"):
+        _native.table_counts(t)
+
+
+def test_cycle_in_csr_is_rejected() -> None:
+    t = table.export_table(_tiny_graph())
+    # Point the first node with an input at a later node: a back edge, i.e. a cycle.
+    i = next(i for i in range(len(t)) if t.in_ptr[i + 1] > t.in_ptr[i])
+    t.in_idx = t.in_idx.copy()
+    t.in_idx[t.in_ptr[i]] = len(t) - 1
+    with pytest.raises(ValueError, match="in_idx"):
+        _native.table_counts(t)
