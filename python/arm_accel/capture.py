@@ -46,8 +46,14 @@ class Captured:
 
 
 @contextmanager
-def capture(names: tuple[str, ...] = tuple(STOCK_PASSES)) -> Iterator[list[Captured]]:
-    """Record the input of every outermost call of the named passes inside the block."""
+def capture(
+    names: tuple[str, ...] = tuple(STOCK_PASSES), outermost_only: bool = True
+) -> Iterator[list[Captured]]:
+    """Record the input of every call of the named passes inside the block.
+
+    With ``outermost_only`` (the default) a pass called from inside another captured pass
+    (e.g. RemovePermutesAroundElementwiseTosaOps inside propagation) is not recorded.
+    """
     records: list[Captured] = []
     counts: dict[str, int] = {}
     depth = [0]
@@ -55,7 +61,7 @@ def capture(names: tuple[str, ...] = tuple(STOCK_PASSES)) -> Iterator[list[Captu
 
     def wrap(cls: type, name: str, original: Any) -> Any:
         def call(self: Any, graph_module: fx.GraphModule) -> Any:
-            if depth[0] == 0 and type(self).__name__ == name:
+            if (depth[0] == 0 or not outermost_only) and type(self).__name__ == name:
                 index = counts.get(name, 0)
                 counts[name] = index + 1
                 records.append(Captured(name, index, copy.deepcopy(graph_module), self))
