@@ -1,0 +1,362 @@
+"""The ``arm-accel`` command: ``demo``, ``profile``, ``info`` and ``--version``."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import runpy
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------- progress
+@contextmanager
+def progress(label: str, enabled: bool = True) -> Iterator[None]:
+    """An elapsed-time spinner on stderr while a long step runs (only on a terminal)."""
+    if not enabled or not sys.stderr.isatty():
+        print(f"{label} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        yield
+        print(f"{label}: {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+        return
+    stop = threading.Event()
+    start = time.perf_counter()
+
+    def spin() -> None:
+        frames = "|/-\\"
+        i = 0
+        while not stop.wait(0.2):
+            elapsed = time.perf_counter() - start
+            sys.stderr.write(f"\r{frames[i % 4]} {label} {elapsed:6.1f} s")
+            sys.stderr.flush()
+            i += 1
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        sys.stderr.write(f"\r  {label} {time.perf_counter() - start:6.1f} s\n")
+        sys.stderr.flush()
+
+
+def _step(label: str, fn: Callable[[], T], show: bool = True) -> T:
+    with progress(label, show):
+        return fn()
+
+
+# ------------------------------------------------------------------------- versions / status
+def _dist_version(name: str) -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not found"
+
+
+def our_version() -> str:
+    try:
+        from arm_accel import __version__
+
+        return str(__version__)
+    except Exception:  # noqa: BLE001
+        return _dist_version("arm-accel")
+
+
+def activation_status() -> tuple[str, str]:
+    """(active, why) from the activation layer's status function, if it has one."""
+    import arm_accel
+
+    candidates: list[Any] = [getattr(arm_accel, "status", None)]
+    for mod_name in ("arm_accel.activation", "arm_accel.switch"):
+        try:
+            mod = __import__(mod_name, fromlist=["status"])
+        except ImportError:
+            continue
+        candidates += [getattr(mod, "status", None), getattr(mod, "is_enabled", None)]
+    for fn in candidates:
+        if not callable(fn):
+            continue
+        try:
+            result = fn()
+        except Exception as exc:  # noqa: BLE001
+            return "unknown", f"status function failed: {exc}"
+        if isinstance(result, bool):
+            return ("yes" if result else "no"), f"{getattr(fn, '__qualname__', fn)}()"
+        if isinstance(result, dict):
+            active = result.get("active", result.get("enabled"))
+            if active and "activated" in result:
+                active = bool(result["activated"])
+            why = str(result.get("reason", result.get("why", "")) or "")
+            if not result.get("enabled", True):
+                why = f"switched off (ARM_ACCEL=0 or arm_accel.disable()); {why}"
+            swapped = result.get("swapped")
+            if swapped:
+                why += f"; {len(swapped)} passes swapped: {', '.join(sorted(swapped))}"
+            if result.get("hook_installed") is False and not result.get("activated"):
+                why += "; import hook not installed (arm_accel_hook.pth not loaded)"
+            skipped = result.get("skipped")
+            if skipped:
+                why += f"; skipped: {skipped}"
+            active_s = "unknown" if active is None else ("yes" if active else "no")
+            return active_s, why or repr(result)
+        if isinstance(result, tuple) and len(result) == 2:
+            return ("yes" if result[0] else "no"), str(result[1])
+        active = getattr(result, "active", getattr(result, "enabled", None))
+        why = getattr(result, "reason", getattr(result, "why", None))
+        if active is not None:
+            return ("yes" if active else "no"), str(why or result)
+        return "unknown", str(result)
+    if getattr(arm_accel, "disabled", None) is None:
+        return "no", "the activation layer (arm_accel.enable/disabled) is not installed"
+    return "unknown", "arm_accel has no status function"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    if not args.no_import:
+        # The activation hook fires when executorch's Arm passes are imported: import them so
+        # the status says what a lowering would get.
+        try:
+            import executorch.backends.arm._passes  # noqa: F401
+        except Exception as exc:  # noqa: BLE001
+            print(f"warning: cannot import executorch's Arm passes: {exc}", file=sys.stderr)
+    active, why = activation_status()
+    print(f"arm-accel   {our_version()}")
+    print(f"executorch  {_dist_version('executorch')}")
+    print(f"torch       {_dist_version('torch')}")
+    print(f"python      {sys.version.split()[0]}")
+    print(f"accelerated {active} ({why})")
+    env = {k: v for k, v in os.environ.items() if k.startswith("ARM_ACCEL")}
+    for k, v in sorted(env.items()):
+        print(f"env         {k}={v}")
+    return 0
+
+
+# ------------------------------------------------------------------------- demo
+def run_lowering(exported: Any, mode: str, stock: bool, label: str, show: bool = True) -> Any:
+    """Lower a fresh deep copy of ``exported`` under the profiler; returns (edge, profile)."""
+    from arm_accel import models, profiling
+
+    program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
+    switch = profiling.stock() if stock else _null()
+    with switch, profiling.profiled() as prof:
+        start = time.perf_counter()
+        edge = _step(label, lambda: models.lower(program, mode), show)
+        seconds = time.perf_counter() - start
+    return edge, prof, seconds
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def _stats() -> dict[str, Any] | None:
+    import arm_accel
+
+    fn = getattr(arm_accel, "stats", None)
+    try:
+        return fn() if fn else None
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _stats_delta(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> tuple[int | None, int | None]:
+    """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots."""
+    if before is None or after is None:
+        return None, None
+    acc = fb = 0
+    for name, s in after.items():
+        b = before.get(name, {})
+        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
+        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
+            dict(b.get("fallbacks", {})).values()
+        )
+    return acc, fb
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from arm_accel import models, profiling
+
+    name = args.model or models.DEFAULT_MODEL
+    if args.layers is not None:
+        name = f"llama{args.layers}"
+    if name not in models.ZOO:
+        print(f"unknown model {name!r}; known: {', '.join(models.ZOO)}", file=sys.stderr)
+        return 2
+    if not profiling.accel_available() or not profiling.ensure_active():
+        print(
+            "warning: acceleration is unavailable or switched off (see `arm-accel info`); "
+            "both runs are stock",
+            file=sys.stderr,
+        )
+    if not args.no_warmup:
+        # First-call costs (lazy imports, caches) would otherwise land on the stock run.
+        def warmup() -> None:
+            m, i, md = models.build("convnet")
+            models.lower(models.export_for_arm(m, i, md), md)
+
+        _step("warm-up (untimed)", warmup)
+    model, inputs, mode = _step(f"build {name}", lambda: models.build(name))
+    exported = _step(
+        f"export{' + quantize' if mode == 'INT' else ''} ({mode})",
+        lambda: models.export_for_arm(model, inputs, mode),
+    )
+    edge_s, prof_s, t_s = run_lowering(exported, mode, True, "lower stock")
+    stats_before = _stats()
+    edge_a, prof_a, t_a = run_lowering(exported, mode, False, "lower accelerated")
+    accelerated, fallbacks = _stats_delta(stats_before, _stats())
+    same = models.tosa_bytes(edge_s) == models.tosa_bytes(edge_a)
+
+    rows = [
+        ["lowering seconds", f"{t_s:.2f}", f"{t_a:.2f}"],
+        ["re-traces", str(prof_s.retraces), str(prof_a.retraces)],
+    ]
+    for group in profiling.VIEW_PERMUTE_GROUPS:
+        rows.append(
+            [
+                f"  {group} s",
+                f"{prof_s.group_seconds(group):.3f}",
+                f"{prof_a.group_seconds(group):.3f}",
+            ]
+        )
+    rows.append(
+        [
+            "  view/permute passes s",
+            f"{prof_s.view_permute_seconds():.3f}",
+            f"{prof_a.view_permute_seconds():.3f}",
+        ]
+    )
+    nbytes = sum(len(b) for b in models.tosa_bytes(edge_s))
+    print(
+        f"model {name} ({mode}), {prof_s.nodes_in or '?'} nodes entering the view/permute "
+        f"passes, {nbytes} TOSA bytes"
+    )
+    print(profiling.format_table(rows, ["", "stock", "accelerated"]), end="")
+    ratio = t_s / t_a if t_a else float("nan")
+    print(f"ratio (stock / accelerated): {ratio:.2f}x")
+    if accelerated is not None:
+        print(f"accelerated pass calls: {accelerated}, fallbacks to stock: {fallbacks}")
+    print(f"TOSA output: {'identical' if same else 'DIFFERENT'}")
+    return 0 if same else 1
+
+
+# ------------------------------------------------------------------------- profile
+def _run_script(script: str, script_args: list[str]) -> Any:
+    from arm_accel import profiling
+
+    saved_argv, saved_path = sys.argv[:], sys.path[:]
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        with profiling.profiled() as prof:
+            try:
+                runpy.run_path(script, run_name="__main__")
+            except SystemExit as exc:
+                if exc.code not in (None, 0):
+                    raise
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return prof
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from arm_accel import profiling
+
+    if not os.path.exists(args.script):
+        print(f"no such script: {args.script}", file=sys.stderr)
+        return 2
+    if args.compare:
+        if not profiling.accel_available() or not profiling.ensure_active():
+            print(
+                "warning: acceleration is unavailable or switched off (see `arm-accel "
+                "info`); both runs are stock",
+                file=sys.stderr,
+            )
+        with profiling.stock(), progress("run stock"):
+            prof_s = _run_script(args.script, args.args)
+        with progress("run accelerated"):
+            prof_a = _run_script(args.script, args.args)
+        print(profiling.compare_table(prof_s, prof_a, args.top), end="")
+        if args.csv:
+            profiling.write_csv(args.csv, {"stock": prof_s, "accelerated": prof_a})
+        return 0
+    prof = _run_script(args.script, args.args)
+    print(profiling.profile_table(prof, args.top), end="")
+    if args.csv:
+        profiling.write_csv(args.csv, {"run": prof})
+    return 0
+
+
+# ------------------------------------------------------------------------- main
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arm-accel",
+        description="Rust-accelerated view/permute passes for ExecuTorch's Arm backend.",
+    )
+    parser.add_argument("--version", action="version", version=f"arm-accel {our_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="versions found and whether acceleration is active")
+    p.add_argument(
+        "--no-import",
+        action="store_true",
+        help="don't import executorch's Arm passes first (faster; the activation "
+        "hook may then not have fired yet)",
+    )
+    p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser("demo", help="lower the bundled model stock and accelerated")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="a model of arm_accel.models.ZOO (default: models.DEFAULT_MODEL, a llama-style "
+        "INT transformer)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        default=None,
+        help="shorthand for --model llamaN (N in 1, 2, 4, 8, 16)",
+    )
+    p.add_argument(
+        "--no-warmup", action="store_true", help="skip the untimed warm-up lowering of a tiny model"
+    )
+    p.set_defaults(fn=cmd_demo)
+
+    p = sub.add_parser(
+        "profile",
+        help="run a lowering script and time every pass",
+        description="Run SCRIPT.py unchanged and print a per-pass table (seconds are exclusive "
+        "of nested passes). Options go before SCRIPT; everything after it is the script's.",
+    )
+    p.add_argument("--top", type=int, default=25, help="rows to print (0: all)")
+    p.add_argument("--csv", help="write every row to this CSV file")
+    p.add_argument(
+        "--compare", action="store_true", help="run stock (arm_accel.disabled()) then accelerated"
+    )
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_profile)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.fn(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

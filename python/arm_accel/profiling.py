@@ -1,0 +1,475 @@
+"""Per-pass profiling of an ExecuTorch lowering, shared by ``arm-accel profile``, ``arm-accel
+demo`` and ``benches/lowering.py``.
+
+How it hooks in
+---------------
+Every pass the Arm pass manager runs is a ``torch.fx`` ``PassBase`` instance; Arm passes derive
+from ``ArmPass``, whose ``__call__`` replaces ``PassBase.__call__``. ``ArmPassManager`` wraps each
+graph pass in ``_ExportedProgramGraphPassAdapter`` (an ``ExportedProgramPassBase``) that also
+recompiles the graph and updates the signature after the pass. The profiler wraps, at class
+level and only while it is active:
+
+* ``PassBase.__call__``, ``ArmPass.__call__`` and ``ExportedProgramPassBase.__call__``: one
+  *pass* frame per call (the adapter's frame is named after the pass it wraps, so the
+  recompile it does is charged to that pass);
+* ``_ExportPassBase.call``: one *re-trace* (the ``ExportPass`` interpreter re-tracing the whole
+  graph), charged to the innermost running pass;
+* the lowering phases that are not passes: ``to_edge_transform_and_lower`` / ``to_edge`` /
+  ``EdgeProgramManager.to_backend`` (the lowering entry points), ``run_decompositions``,
+  ``TOSAPartitioner.partition``, ``TOSABackend.preprocess`` and
+  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses.
+
+Seconds are **exclusive**: a frame's time minus the time of the frames nested in it, so the
+rows add up to the total profiled time without double counting, and the rows of the lowering
+add up to the measured wall time of the lowering calls. ``inclusive`` is kept as well (counted
+once per outermost call of a name).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import importlib
+import io
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+# The five view/permute passes arm-accel accelerates (the propagation pass comes in an Up and
+# a Down class; both count as the fifth).
+VIEW_PERMUTE_GROUPS: dict[str, tuple[str, ...]] = {
+    "CanonicalizeViewCopyPermutePass": ("CanonicalizeViewCopyPermutePass",),
+    "FuseDuplicateUsersPass": ("FuseDuplicateUsersPass",),
+    "FuseIdenticalInputTransformsPass": ("FuseIdenticalInputTransformsPass",),
+    "RemovePermutesAroundElementwiseTosaOps": ("RemovePermutesAroundElementwiseTosaOps",),
+    "PropagateViewCopyPermutePass": (
+        "PropagateViewCopyPermuteUpPass",
+        "PropagateViewCopyPermuteDownPass",
+    ),
+}
+VIEW_PERMUTE_PASSES: frozenset[str] = frozenset(
+    name for names in VIEW_PERMUTE_GROUPS.values() for name in names
+)
+
+LOWERING = "(lowering: other)"
+PHASES = {
+    "run_decompositions": "(to_edge: decompositions)",
+    "partition": "(TOSAPartitioner.partition)",
+    "preprocess": "(TOSABackend.preprocess: node visitors, serialization)",
+    "transform_to_backend_pipeline": "(ArmPassManager: pipeline setup)",
+}
+
+
+@dataclass
+class Row:
+    name: str
+    kind: str  # "arm" (an executorch Arm pass), "pass" (other passes) or "phase"
+    calls: int = 0
+    retraces: int = 0
+    seconds: float = 0.0  # exclusive
+    inclusive: float = 0.0
+
+    def as_dict(self, total: float) -> dict[str, object]:
+        return {
+            "pass": self.name,
+            "kind": self.kind,
+            "calls": self.calls,
+            "retraces": self.retraces,
+            "seconds": round(self.seconds, 6),
+            "inclusive_seconds": round(self.inclusive, 6),
+            "share": round(self.seconds / total, 6) if total else 0.0,
+        }
+
+
+@dataclass
+class Profile:
+    rows: dict[str, Row] = field(default_factory=dict)
+    lowering_seconds: float = 0.0  # wall time inside the outermost lowering entry points
+    lowering_calls: int = 0
+    nodes_in: int | None = None  # graph nodes entering the first view/permute pass
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(r.seconds for r in self.rows.values())
+
+    @property
+    def retraces(self) -> int:
+        return sum(r.retraces for r in self.rows.values())
+
+    def sorted_rows(self) -> list[Row]:
+        return sorted(self.rows.values(), key=lambda r: (-r.seconds, r.name))
+
+    def group_seconds(self, group: str) -> float:
+        """Inclusive seconds of one of the five view/permute passes."""
+        return sum(self.rows[n].inclusive for n in VIEW_PERMUTE_GROUPS[group] if n in self.rows)
+
+    def view_permute_seconds(self) -> float:
+        return sum(self.group_seconds(g) for g in VIEW_PERMUTE_GROUPS)
+
+    def view_permute_retraces(self) -> int:
+        return sum(self.rows[n].retraces for n in VIEW_PERMUTE_PASSES if n in self.rows)
+
+
+class _Frame:
+    __slots__ = ("key", "kind", "target", "start", "child", "is_lowering")
+
+    def __init__(self, key: str, kind: str, target: Any, is_lowering: bool) -> None:
+        self.key = key
+        self.kind = kind
+        self.target = target
+        self.is_lowering = is_lowering
+        self.child = 0.0
+        self.start = time.perf_counter()
+
+
+def _arm_pass_base() -> type | None:
+    try:
+        from executorch.backends.arm._passes.arm_pass import ArmPass
+    except Exception:  # noqa: BLE001 - profiling works without the Arm backend
+        return None
+    return ArmPass
+
+
+def pass_name(p: Any) -> tuple[str, str]:
+    """(name, kind) of a pass instance; accelerated subclasses report their stock name."""
+    cls = type(p)
+    for base in cls.__mro__:
+        if base.__name__ in VIEW_PERMUTE_PASSES:
+            return base.__name__, "arm"
+    name = cls.__name__
+    if not isinstance(p, type) and callable(p) and hasattr(p, "__name__") and name == "function":
+        name = p.__name__
+    module = getattr(cls, "__module__", "") or ""
+    kind = "arm" if module.startswith("executorch.backends.arm") else "pass"
+    return name, kind
+
+
+class Profiler:
+    """Install the hooks with ``with Profiler() as prof: ...``; read ``prof.profile``."""
+
+    def __init__(self) -> None:
+        self.profile = Profile()
+        self._stack: list[_Frame] = []
+        self._patches: list[tuple[Any, str, Any]] = []
+
+    # ----------------------------------------------------------------- frames
+    def _push(self, key: str, kind: str, target: Any = None, is_lowering: bool = False) -> _Frame:
+        frame = _Frame(key, kind, target, is_lowering)
+        self._stack.append(frame)
+        return frame
+
+    def _pop(self, frame: _Frame) -> None:
+        now = time.perf_counter()
+        # Pop down to ``frame`` (an exception may have skipped inner pops).
+        while self._stack and self._stack[-1] is not frame:
+            self._pop(self._stack[-1])
+        if not self._stack:
+            return
+        self._stack.pop()
+        duration = now - frame.start
+        row = self.profile.rows.get(frame.key)
+        if row is None:
+            row = self.profile.rows[frame.key] = Row(frame.key, frame.kind)
+        row.seconds += duration - frame.child
+        if not any(f.key == frame.key for f in self._stack):  # outermost call of this name
+            row.calls += 1
+            row.inclusive += duration
+        if self._stack:
+            self._stack[-1].child += duration
+        if frame.is_lowering and not any(f.is_lowering for f in self._stack):
+            self.profile.lowering_seconds += duration
+            self.profile.lowering_calls += 1
+
+    def _innermost_pass(self) -> _Frame | None:
+        for frame in reversed(self._stack):
+            if frame.kind != "phase":
+                return frame
+        return None
+
+    # ---------------------------------------------------------------- wrappers
+    def _wrap_pass(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        profiler = self
+
+        @functools.wraps(original)
+        def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
+            target = getattr(self, "graph_pass", self)  # the Arm adapter: name the inner pass
+            top = profiler._stack[-1] if profiler._stack else None
+            if top is not None and top.target is target:
+                return original(self, *args, **kwargs)
+            name, kind = pass_name(target)
+            if (
+                profiler.profile.nodes_in is None
+                and name in VIEW_PERMUTE_PASSES
+                and args
+                and hasattr(args[0], "graph")
+            ):
+                profiler.profile.nodes_in = len(args[0].graph.nodes)
+            frame = profiler._push(name, kind, target)
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                profiler._pop(frame)
+
+        return __call__
+
+    def _wrap_retrace(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        profiler = self
+
+        @functools.wraps(original)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            frame = profiler._innermost_pass()
+            key, kind = (frame.key, frame.kind) if frame else pass_name(self)
+            row = profiler.profile.rows.get(key)
+            if row is None:
+                row = profiler.profile.rows[key] = Row(key, kind)
+            row.retraces += 1
+            return original(self, *args, **kwargs)
+
+        return call
+
+    def _wrap_phase(
+        self, original: Callable[..., Any], key: str, is_lowering: bool = False
+    ) -> Callable[..., Any]:
+        profiler = self
+
+        @functools.wraps(original)
+        def phase(*args: Any, **kwargs: Any) -> Any:
+            frame = profiler._push(key, "phase", None, is_lowering)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                profiler._pop(frame)
+
+        return phase
+
+    # ---------------------------------------------------------------- patching
+    def _patch_attr(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
+        raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        if raw is None:
+            return
+        if isinstance(raw, staticmethod):
+            new: Any = staticmethod(make(raw.__func__))
+        elif isinstance(raw, classmethod):
+            return  # not needed for any hook point
+        else:
+            new = make(raw)
+        self._patches.append((owner, attr, raw))
+        setattr(owner, attr, new)
+
+    def _patch_module_fn(self, module_name: str, attr: str, key: str, lowering: bool) -> None:
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001
+            return
+        if hasattr(module, attr):
+            self._patch_attr(module, attr, lambda f: self._wrap_phase(f, key, lowering))
+
+    def install(self) -> None:
+        from torch.fx.passes.infra.pass_base import PassBase
+
+        self._patch_attr(PassBase, "__call__", self._wrap_pass)
+        arm_pass = _arm_pass_base()
+        if arm_pass is not None:
+            self._patch_attr(arm_pass, "__call__", self._wrap_pass)
+        try:
+            from executorch.exir.pass_base import ExportedProgramPassBase, _ExportPassBase
+        except Exception:  # noqa: BLE001
+            return
+        self._patch_attr(ExportedProgramPassBase, "__call__", self._wrap_pass)
+        self._patch_attr(_ExportPassBase, "call", self._wrap_retrace)
+
+        # Lowering entry points: the module functions users import, and to_backend.
+        entry_modules = (
+            "executorch.exir",
+            "executorch.exir.program",
+            "executorch.exir.program._program",
+        )
+        for module_name in entry_modules:
+            for attr in ("to_edge_transform_and_lower", "to_edge"):
+                self._patch_module_fn(module_name, attr, LOWERING, True)
+        from executorch.exir.program._program import EdgeProgramManager
+
+        self._patch_attr(
+            EdgeProgramManager, "to_backend", lambda f: self._wrap_phase(f, LOWERING, True)
+        )
+        from torch.export import ExportedProgram
+
+        self._patch_attr(
+            ExportedProgram,
+            "run_decompositions",
+            lambda f: self._wrap_phase(f, PHASES["run_decompositions"]),
+        )
+        hooks = (
+            ("executorch.backends.arm.tosa.partitioner", "TOSAPartitioner", "partition"),
+            ("executorch.backends.arm.tosa.backend", "TOSABackend", "preprocess"),
+            (
+                "executorch.backends.arm._passes.arm_pass_manager",
+                "ArmPassManager",
+                "transform_to_backend_pipeline",
+            ),
+        )
+        for module_name, cls_name, attr in hooks:
+            try:
+                cls = getattr(importlib.import_module(module_name), cls_name)
+            except Exception:  # noqa: BLE001
+                continue
+            self._patch_attr(cls, attr, lambda f, a=attr: self._wrap_phase(f, PHASES[a]))
+
+    def uninstall(self) -> None:
+        while self._patches:
+            owner, attr, raw = self._patches.pop()
+            setattr(owner, attr, raw)
+        self._stack.clear()
+
+    def __enter__(self) -> Profiler:
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.uninstall()
+
+
+@contextmanager
+def profiled() -> Iterator[Profile]:
+    with Profiler() as prof:
+        yield prof.profile
+
+
+# -------------------------------------------------------------------- acceleration switch
+@contextmanager
+def stock() -> Iterator[bool]:
+    """``arm_accel.disabled()`` if the activation layer provides it; yields whether it did."""
+    import arm_accel
+
+    disabled = getattr(arm_accel, "disabled", None)
+    if disabled is None:
+        yield False
+        return
+    with disabled():
+        yield True
+
+
+def ensure_active() -> bool:
+    """Swap the accelerated passes in now (``arm_accel.enable()``) unless acceleration was
+    switched off (``ARM_ACCEL=0``); returns whether acceleration is on. The import hook does
+    this by itself when installed; calling it here makes the accelerated runs independent of
+    whether the hook fired."""
+    import arm_accel
+
+    is_enabled = getattr(arm_accel, "is_enabled", None)
+    enable = getattr(arm_accel, "enable", None)
+    if is_enabled is None or enable is None:
+        return False
+    if not is_enabled():
+        return False
+    try:
+        enable()
+    except Exception as exc:  # noqa: BLE001
+        import sys
+
+        print(f"warning: arm_accel.enable() failed: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def accel_available() -> bool:
+    import arm_accel
+
+    return getattr(arm_accel, "disabled", None) is not None
+
+
+# -------------------------------------------------------------------- formatting
+def format_table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
+    out = io.StringIO()
+
+    def line(cells: list[str]) -> None:
+        parts = []
+        for i, (cell, w) in enumerate(zip(cells, widths, strict=True)):
+            parts.append(str(cell).ljust(w) if i == 0 else str(cell).rjust(w))
+        out.write("  ".join(parts).rstrip() + "\n")
+
+    line(header)
+    line(["-" * w for w in widths])
+    for r in rows:
+        line(r)
+    return out.getvalue()
+
+
+def profile_table(profile: Profile, top: int | None = None) -> str:
+    total = profile.total_seconds
+    rows = profile.sorted_rows()
+    shown = rows[:top] if top else rows
+    body = [
+        [
+            r.name,
+            r.kind,
+            str(r.calls),
+            str(r.retraces),
+            f"{r.seconds:.3f}",
+            f"{100 * r.seconds / total:.1f}%" if total else "-",
+        ]
+        for r in shown
+    ]
+    text = format_table(body, ["pass", "kind", "calls", "retraces", "seconds", "share"])
+    if top and len(rows) > top:
+        rest = sum(r.seconds for r in rows[top:])
+        text += f"... {len(rows) - top} more rows, {rest:.3f} s\n"
+    text += (
+        f"total {total:.3f} s (exclusive seconds; rows add up to it); lowering wall time "
+        f"{profile.lowering_seconds:.3f} s in {profile.lowering_calls} lowering call(s); "
+        f"{profile.retraces} re-traces; view/permute passes "
+        f"{profile.view_permute_seconds():.3f} s\n"
+    )
+    return text
+
+
+def compare_table(stock_p: Profile, accel_p: Profile, top: int | None = None) -> str:
+    names = sorted(
+        set(stock_p.rows) | set(accel_p.rows),
+        key=lambda n: -(stock_p.rows[n].seconds if n in stock_p.rows else 0.0),
+    )
+    shown = names[:top] if top else names
+    ts, ta = stock_p.total_seconds, accel_p.total_seconds
+
+    def cells(p: Profile, n: str, total: float) -> list[str]:
+        r = p.rows.get(n)
+        if r is None:
+            return ["-", "-", "-", "-"]
+        share = f"{100 * r.seconds / total:.1f}%" if total else "-"
+        return [str(r.calls), str(r.retraces), f"{r.seconds:.3f}", share]
+
+    body = [[n, *cells(stock_p, n, ts), *cells(accel_p, n, ta)] for n in shown]
+    header = [
+        "pass",
+        "stock calls",
+        "stock retraces",
+        "stock s",
+        "stock share",
+        "accel calls",
+        "accel retraces",
+        "accel s",
+        "accel share",
+    ]
+    text = format_table(body, header)
+    ratio = ts / ta if ta else float("nan")
+    text += (
+        f"total: stock {ts:.3f} s, accelerated {ta:.3f} s, ratio {ratio:.2f}x; lowering wall "
+        f"time stock {stock_p.lowering_seconds:.3f} s, accelerated "
+        f"{accel_p.lowering_seconds:.3f} s; re-traces {stock_p.retraces} -> {accel_p.retraces}\n"
+    )
+    return text
+
+
+def write_csv(path: str, profiles: dict[str, Profile]) -> None:
+    """All rows of each profile (one ``run`` column per profile)."""
+    fields = ["run", "pass", "kind", "calls", "retraces", "seconds", "inclusive_seconds", "share"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for run, p in profiles.items():
+            total = p.total_seconds
+            for r in p.sorted_rows():
+                w.writerow({"run": run, **r.as_dict(total)})

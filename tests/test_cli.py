@@ -1,0 +1,122 @@
+"""The ``arm-accel`` command: --version, info, profile (incl. --compare and --csv), demo."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from arm_accel import cli, profiling
+
+DATA = os.path.join(os.path.dirname(__file__), "data")
+TINY = os.path.join(DATA, "tiny_lowering.py")
+
+
+def _lowering_seconds(out: str) -> list[float]:
+    return [float(x) for x in re.findall(r"LOWERING_SECONDS=([0-9.]+)", out)]
+
+
+def test_version_module_entry_point() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "arm_accel.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    from arm_accel import __version__
+
+    assert out.strip() == f"arm-accel {__version__}"
+
+
+def test_info(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^executorch\s+1\.5\.1$", out, re.M), out
+    assert re.search(r"^torch\s+2\.13\.0", out, re.M), out
+    assert re.search(r"^accelerated\s+(yes|no|unknown) \(.+\)$", out, re.M), out
+
+
+def test_profiler_restores_hooks() -> None:
+    from executorch.exir.pass_base import _ExportPassBase
+    from torch.fx.passes.infra.pass_base import PassBase
+
+    call, retrace = PassBase.__call__, _ExportPassBase.call
+    with profiling.Profiler():
+        assert PassBase.__call__ is not call
+        assert _ExportPassBase.call is not retrace
+    assert PassBase.__call__ is call
+    assert _ExportPassBase.call is retrace
+
+
+def test_profile_lists_arm_passes_and_adds_up(
+    tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_csv = os.path.join(tmp_path, "profile.csv")
+    assert cli.main(["profile", "--top", "15", "--csv", out_csv, TINY, "2"]) == 0
+    out = capsys.readouterr().out
+    (measured,) = _lowering_seconds(out)
+
+    # The printed table: header, the top 15 rows sorted by time, and a summary.
+    assert re.search(r"^pass\s+kind\s+calls\s+retraces\s+seconds\s+share$", out, re.M)
+    assert "PropagateViewCopyPermuteDownPass" in out
+
+    with open(out_csv) as f:
+        rows = list(csv.DictReader(f))
+    names = {r["pass"] for r in rows}
+    arm = {r["pass"] for r in rows if r["kind"] == "arm"}
+    # The Arm pipeline, including the five view/permute passes, is listed.
+    for name in (
+        "CanonicalizeViewCopyPermutePass",
+        "FuseDuplicateUsersPass",
+        "FuseIdenticalInputTransformsPass",
+        "PropagateViewCopyPermuteUpPass",
+        "PropagateViewCopyPermuteDownPass",
+        "DecomposeLinearPass",
+        "InsertDataLayoutCastsPass",
+    ):
+        assert name in arm, sorted(names)
+    assert len(arm) > 30
+    seconds = [float(r["seconds"]) for r in rows]
+    assert seconds == sorted(seconds, reverse=True)
+    assert sum(int(r["retraces"]) for r in rows) > 0
+    # Exclusive seconds of all rows add up to the script's own measured lowering time.
+    total = sum(seconds)
+    assert abs(total - measured) <= 0.10 * measured, (total, measured)
+    # ... and the passes themselves (not the phases) are a real part of it.
+    passes = sum(float(r["seconds"]) for r in rows if r["kind"] != "phase")
+    assert passes > 0.10 * measured, (passes, measured)
+
+
+def test_profile_compare(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixture[str]) -> None:
+    out_csv = os.path.join(tmp_path, "compare.csv")
+    assert cli.main(["profile", "--compare", "--top", "10", "--csv", out_csv, TINY, "1"]) == 0
+    out = capsys.readouterr().out
+    assert len(_lowering_seconds(out)) == 2
+    assert re.search(r"^pass\s+stock calls\s+stock retraces\s+stock s", out, re.M)
+    assert "accel s" in out and "ratio" in out
+    with open(out_csv) as f:
+        runs = {r["run"] for r in csv.DictReader(f)}
+    assert runs == {"stock", "accelerated"}
+
+
+def test_profile_script_args_and_missing_script(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["profile", os.path.join(DATA, "no_such_script.py")]) == 2
+
+
+def test_demo_small_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["demo", "--model", "convnet", "--no-warmup"]) == 0
+    out = capsys.readouterr().out
+    assert "TOSA output: identical" in out
+    assert re.search(r"^lowering seconds\s+[0-9.]+\s+[0-9.]+$", out, re.M), out
+    assert re.search(r"^re-traces\s+\d+\s+\d+$", out, re.M), out
+    for group in profiling.VIEW_PERMUTE_GROUPS:
+        assert group in out
+    assert "ratio (stock / accelerated):" in out
+
+
+def test_demo_unknown_model() -> None:
+    assert cli.main(["demo", "--model", "no-such-model"]) == 2
