@@ -1,11 +1,13 @@
 """Per-pass counters: calls, accelerated runs, fallbacks with reasons, re-traces, seconds.
 
-Thread-safe; read a snapshot with ``arm_accel.stats()``.
+Thread-safe; read a snapshot with ``arm_accel.stats()`` (this module is callable).
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -31,6 +33,7 @@ class PassStats:
 
 
 _stats: dict[str, PassStats] = {}
+_warned: set[tuple[str, str]] = set()  # survives reset(): warn once per process
 
 
 def _get(name: str) -> PassStats:
@@ -51,9 +54,29 @@ def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0)
 
 
 def record_fallback(name: str, reason: str) -> None:
-    """The accelerated path declined (or failed) and the stock pass ran instead."""
+    """The accelerated path declined (or failed) and the stock pass ran instead.
+
+    Logs one warning per (pass, reason) on the ``arm_accel`` logger.
+    """
     with _lock:
-        _get(name).fallbacks[reason] += 1
+        s = _get(name)
+        first = s.fallbacks[reason] == 0 and (name, reason) not in _warned
+        s.fallbacks[reason] += 1
+        if first:
+            _warned.add((name, reason))
+    if first:
+        import logging
+
+        logging.getLogger("arm_accel").warning(
+            "arm_accel: %s fell back to the stock pass: %s", name, reason
+        )
+
+
+def calls_of(name: str) -> int:
+    """Calls recorded so far for ``name`` (0 if none)."""
+    with _lock:
+        s = _stats.get(name)
+        return 0 if s is None else s.calls
 
 
 def snapshot() -> dict[str, dict[str, object]]:
@@ -64,3 +87,13 @@ def snapshot() -> dict[str, dict[str, object]]:
 def reset() -> None:
     with _lock:
         _stats.clear()
+
+
+class _CallableModule(types.ModuleType):
+    """``arm_accel.stats()`` is ``arm_accel.stats.snapshot()``."""
+
+    def __call__(self) -> dict[str, dict[str, object]]:
+        return snapshot()
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,122 @@
+"""Start-up part of the transparent activation, run from ``arm_accel_hook.pth``.
+
+It must cost nothing measurable at interpreter start-up, so it imports nothing beyond ``sys`` and
+``os`` (already loaded by ``site``) and only puts a tiny finder on ``sys.meta_path``. The finder
+reacts to nothing but the import of ``executorch.backends.arm._passes`` (and, as a retry point,
+``executorch.backends.arm._passes.arm_pass_manager``): it lets the normal finders locate the module,
+wraps its loader so that our callback runs right after the module has executed, and then hands the
+rest to :mod:`arm_accel.activation` (which is imported only at that point).
+"""
+
+import os
+import sys
+
+WATCHED = (
+    "executorch.backends.arm._passes",
+    "executorch.backends.arm._passes.arm_pass_manager",
+)
+_OFF_VALUES = ("0", "false", "off", "no")
+
+
+def _on_loaded(name: str) -> None:
+    try:
+        from arm_accel import activation
+
+        activation.on_module_loaded(name)
+    except Exception as exc:  # never break the user's import
+        try:
+            import logging
+
+            logging.getLogger("arm_accel").warning(
+                "arm_accel: activation failed, stock passes stay in use: %r", exc
+            )
+        except Exception:
+            pass
+
+
+class _PostExecLoader:
+    """Delegates to the real loader; calls back after ``exec_module``."""
+
+    def __init__(self, loader: object, name: str) -> None:
+        self._loader = loader
+        self._name = name
+
+    def create_module(self, spec):  # noqa: ANN001
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module) -> None:  # noqa: ANN001
+        try:
+            self._loader.exec_module(module)  # type: ignore[attr-defined]
+        finally:
+            # Put the real loader back so nothing downstream ever sees this wrapper.
+            try:
+                module.__loader__ = self._loader
+                if module.__spec__ is not None:
+                    module.__spec__.loader = self._loader
+            except Exception:
+                pass
+        _on_loaded(self._name)
+
+    def __getattr__(self, item: str):  # get_source, get_resource_reader, is_package, ...
+        return getattr(self._loader, item)
+
+
+class ArmAccelFinder:
+    """A meta-path finder that only ever answers for the watched module names."""
+
+    def __init__(self) -> None:
+        self.pending = set(WATCHED)
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001
+        if fullname not in self.pending:
+            return None
+        self.pending.discard(fullname)
+        if not self.pending:
+            uninstall()
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        spec.loader = _PostExecLoader(spec.loader, fullname)
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+def installed():  # -> ArmAccelFinder | None
+    for finder in sys.meta_path:
+        if isinstance(finder, ArmAccelFinder) or type(finder).__name__ == "ArmAccelFinder":
+            return finder  # type: ignore[return-value]
+    return None
+
+
+def install() -> bool:
+    """Put the finder on ``sys.meta_path`` (idempotent). Returns True if it is installed now."""
+    if installed() is None:
+        sys.meta_path.insert(0, ArmAccelFinder())
+    return True
+
+
+def uninstall() -> None:
+    finder = installed()
+    while finder is not None:
+        sys.meta_path.remove(finder)
+        finder = installed()
+
+
+def _pth() -> None:
+    """Entry point of ``arm_accel_hook.pth``: install the finder unless ``ARM_ACCEL`` is off."""
+    if os.environ.get("ARM_ACCEL", "1").strip().lower() in _OFF_VALUES:
+        return
+    if "executorch.backends.arm._passes" in sys.modules:  # pragma: no cover - not at start-up
+        _on_loaded("executorch.backends.arm._passes")
+        return
+    install()

@@ -1,0 +1,253 @@
+"""Swap ExecuTorch's stock Arm pass classes for the accelerated ones listed in
+:data:`arm_accel.passes.REGISTRY`, wherever executorch looks them up.
+
+Called by the start-up hook (:mod:`arm_accel._hook`) right after
+``executorch.backends.arm._passes`` has been imported, or by :func:`arm_accel.enable`.
+
+Where a stock class is replaced (by identity, so same-named classes elsewhere, e.g. the
+``executorch.backends.transforms`` bases the Arm passes derive from, are never touched):
+
+- its defining module and the ``executorch.backends.arm._passes`` package namespace;
+- the globals of every loaded ``executorch.*`` module holding the stock class object (this covers
+  ``arm_pass_manager`` and any module that did ``from ... import X``). Modules imported later get
+  ours through the package namespace or the defining module.
+
+Every replacement is journaled so :func:`deactivate` can put the stock classes back.
+
+Version guard: acceleration stays off (with one warning naming what was found) unless executorch
+and torch match what we test. Versions are read with :mod:`importlib.metadata`, never by import.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+from typing import Any
+
+logger = logging.getLogger("arm_accel")
+
+#: (distribution, accepted "major.minor[.patch]" prefixes)
+SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
+    "executorch": ("1.5.1",),
+    "torch": ("2.13",),
+}
+PASSES_PACKAGE = "executorch.backends.arm._passes"
+
+_lock = threading.RLock()
+_warned: set[str] = set()
+_state: dict[str, Any] = {
+    "activated": False,  # the swap ran (possibly with zero registry entries)
+    "reason": "not triggered yet",
+    "swapped": {},  # stock name -> "module:Class" of the class now installed
+    "skipped": {},  # stock name -> reason
+    "versions": {},
+}
+# (module dict, attribute name, stock class, installed class) for every replacement made
+_journal: list[tuple[dict[str, Any], str, type, type]] = []
+
+
+def warn_once(key: str, message: str, *args: object) -> None:
+    if key in _warned:
+        return
+    _warned.add(key)
+    logger.warning(message, *args)
+
+
+def _base_version(version: str) -> str:
+    return version.split("+", 1)[0]
+
+
+def _version_matches(found: str, accepted: tuple[str, ...]) -> bool:
+    base = _base_version(found)
+    return any(base == a or base.startswith(a + ".") for a in accepted)
+
+
+def check_versions() -> tuple[bool, dict[str, str | None]]:
+    """(supported, {dist: version found or None}) read via importlib.metadata."""
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    ok = True
+    for dist, accepted in SUPPORTED_VERSIONS.items():
+        try:
+            version: str | None = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            version = None
+        found[dist] = version
+        if version is None or not _version_matches(version, accepted):
+            ok = False
+    return ok, found
+
+
+def status() -> dict[str, Any]:
+    """Where activation stands: whether the swap ran, what was swapped or skipped and why."""
+    from arm_accel import _hook, switch
+
+    with _lock:
+        return {
+            "enabled": switch.is_enabled(),
+            "hook_installed": _hook.installed() is not None,
+            "activated": _state["activated"],
+            "reason": _state["reason"],
+            "swapped": dict(_state["swapped"]),
+            "skipped": dict(_state["skipped"]),
+            "versions": dict(_state["versions"]),
+        }
+
+
+def on_module_loaded(name: str) -> None:
+    """Hook callback: ``name`` (a watched executorch module) has just been executed."""
+    if name == PASSES_PACKAGE or not _state["activated"]:
+        activate()
+
+
+def _load_registry() -> dict[str, str]:
+    from arm_accel import passes
+
+    registry = getattr(passes, "REGISTRY", None) or {}
+    return dict(registry)
+
+
+def _resolve_target(spec: str) -> type:
+    module_name, _, qualname = spec.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not isinstance(obj, type):
+        raise TypeError(f"{spec} is not a class")
+    return obj
+
+
+def _resolve_stock(passes_pkg: Any, name: str) -> type | None:
+    obj = getattr(passes_pkg, name, None)
+    if isinstance(obj, type):
+        return getattr(obj, "_arm_accel_stock", obj)  # already swapped: the original
+    prefix = PASSES_PACKAGE + "."
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith(prefix):
+            continue
+        obj = getattr(mod, name, None)
+        if isinstance(obj, type) and obj.__module__ == mod_name:
+            return getattr(obj, "_arm_accel_stock", obj)
+    return None
+
+
+def installed_class(stock: type, accel: type, name: str) -> type:
+    """The class put in place of ``stock``.
+
+    Classes built on :class:`arm_accel.passes.base.AcceleratedPass` already honour the switch,
+    record stats and fall back safely, and are installed as they are. Any other class is wrapped
+    in a subclass whose ``call`` honours the switch (running ``stock.call`` when off) and records
+    stats. Either way the installed class carries the stock ``__name__``/``__qualname__``, because
+    the Arm pass manager matches passes by name (``_passes_required_after``).
+    """
+    from arm_accel.passes.base import AcceleratedPass, GuardedCallMixin
+
+    if not issubclass(accel, stock):
+        raise TypeError(f"{accel.__module__}.{accel.__qualname__} does not subclass {name}")
+    attrs: dict[str, Any] = {
+        "__module__": stock.__module__,
+        "__qualname__": stock.__qualname__,
+        "__doc__": accel.__doc__ or stock.__doc__,
+        "_arm_accel_stock": stock,
+        "_arm_accel_name": name,
+        "_arm_accel_impl": accel,
+    }
+    if issubclass(accel, AcceleratedPass):
+        bases: tuple[type, ...] = (accel,)
+    else:
+        bases = (GuardedCallMixin, accel)
+    return type(stock.__name__, bases, attrs)
+
+
+def _replace_everywhere(stock: type, new: type, passes_pkg: Any) -> int:
+    """Replace ``stock`` by ``new`` in every loaded executorch module (by identity)."""
+    count = 0
+    seen: set[int] = set()
+    modules = [passes_pkg, sys.modules.get(stock.__module__)]
+    modules += [m for n, m in list(sys.modules.items()) if n.startswith("executorch.")]
+    for mod in modules:
+        if mod is None or id(mod) in seen:
+            continue
+        seen.add(id(mod))
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for attr, value in list(d.items()):
+            if value is stock:
+                d[attr] = new
+                _journal.append((d, attr, stock, new))
+                count += 1
+    return count
+
+
+def activate(force: bool = False) -> bool:
+    """Swap in the registered accelerated classes if executorch's Arm passes are loaded.
+
+    Returns True if the swap ran. ``force`` skips the version guard (for experiments).
+    """
+    with _lock:
+        if _state["activated"]:
+            return True
+        passes_pkg = sys.modules.get(PASSES_PACKAGE)
+        if passes_pkg is None:
+            _state["reason"] = "executorch.backends.arm._passes not imported yet"
+            return False
+        ok, found = check_versions()
+        _state["versions"] = found
+        if not ok and not force:
+            _state["reason"] = f"unsupported versions: {found}"
+            warn_once(
+                "versions",
+                "arm_accel: acceleration stays off: found executorch=%s torch=%s, tested with "
+                "executorch %s and torch %s.x",
+                found.get("executorch"),
+                found.get("torch"),
+                "/".join(SUPPORTED_VERSIONS["executorch"]),
+                "/".join(SUPPORTED_VERSIONS["torch"]),
+            )
+            return False
+        try:
+            registry = _load_registry()
+        except Exception as exc:
+            _state["reason"] = f"registry import failed: {exc!r}"
+            warn_once("registry", "arm_accel: cannot load the pass registry: %r", exc)
+            return False
+        swapped: dict[str, str] = {}
+        skipped: dict[str, str] = {}
+        for name, spec in registry.items():
+            try:
+                stock = _resolve_stock(passes_pkg, name)
+                if stock is None:
+                    raise LookupError(f"no stock Arm pass named {name}")
+                new = installed_class(stock, _resolve_target(spec), name)
+            except Exception as exc:
+                skipped[name] = repr(exc)
+                warn_once(f"skip:{name}", "arm_accel: %s stays stock: %r", name, exc)
+                continue
+            n = _replace_everywhere(stock, new, passes_pkg)
+            swapped[name] = spec
+            logger.debug("arm_accel: %s -> %s (%d references)", name, spec, n)
+        _state.update(activated=True, reason="active", swapped=swapped, skipped=skipped)
+        logger.info("arm_accel: accelerated %d Arm passes: %s", len(swapped), sorted(swapped))
+        return True
+
+
+def deactivate() -> None:
+    """Put every stock class back where it was replaced."""
+    with _lock:
+        while _journal:
+            d, attr, stock, new = _journal.pop()
+            if d.get(attr) is new:
+                d[attr] = stock
+        _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
+
+
+def ensure_active(force: bool = False) -> None:
+    """Activate now if executorch's Arm passes are loaded, else arm the start-up hook."""
+    from arm_accel import _hook
+
+    if not activate(force=force) and PASSES_PACKAGE not in sys.modules:
+        _hook.install()
