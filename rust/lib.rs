@@ -4,8 +4,11 @@
 //! a torch.fx graph) and never touches Python objects. The PyO3 bindings live in [`python`],
 //! behind the `python` feature that only maturin turns on.
 
+pub mod chains;
+pub mod membership;
 pub mod synth;
 pub mod table;
+pub mod worklist;
 
 #[cfg(feature = "python")]
 mod python;

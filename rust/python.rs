@@ -1,7 +1,7 @@
 //! PyO3 bindings: convert numpy arrays and errors, call the kernels with the GIL released.
 //! No graph logic lives here.
 
-use numpy::{Element, PyReadonlyArray1};
+use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -117,9 +117,75 @@ fn table_counts<'py>(py: Python<'py>, table: &Bound<'py, PyAny>) -> PyResult<Bou
     Ok(d)
 }
 
+/// A CSR pair of int64 arrays: (ptr, flat).
+type CsrPair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
+
+/// Maximal linear chains of nodes whose target class has a bit of `member_mask`, in stock
+/// `_collect_chains` order, as (ptr, nodes) CSR arrays of int64.
+#[pyfunction]
+fn collect_chains<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, PyAny>,
+    member_mask: u32,
+) -> PyResult<CsrPair<'py>> {
+    let b = Borrowed::new(table)?;
+    let view = b.view();
+    let res = py.detach(|| {
+        view.validate()?;
+        Ok::<_, TableError>(crate::chains::collect_chains(&view, member_mask))
+    })?;
+    let chains = res.map_err(|e| PyValueError::new_err(format!("decline: {e}")))?;
+    Ok((
+        PyArray1::from_vec(py, chains.ptr),
+        PyArray1::from_vec(py, chains.nodes),
+    ))
+}
+
+/// Producers whose duplicate-user fusion visit may fuse something (int64 ids, graph order).
+/// `group_key` (int64, one per target code) groups targets; negative keys are never fused.
+#[pyfunction]
+fn duplicate_user_candidates<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, PyAny>,
+    group_key: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray1<i64>>> {
+    let b = Borrowed::new(table)?;
+    let keys: PyReadonlyArray1<'py, i64> = group_key.extract().map_err(|_| {
+        PyValueError::new_err("field 'group_key': expected a 1-d numpy array of int64")
+    })?;
+    let keys = keys
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("field 'group_key': array must be C-contiguous"))?;
+    let view = b.view();
+    let out = py.detach(|| {
+        view.validate()?;
+        crate::worklist::duplicate_user_candidates(&view, keys)
+    })?;
+    Ok(PyArray1::from_vec(py, out))
+}
+
+/// Per-node constant membership (bool array) from the table's CONSTANT flags.
+#[pyfunction]
+fn constant_mask<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyArray1<bool>>> {
+    let b = Borrowed::new(table)?;
+    let view = b.view();
+    let set = py.detach(|| {
+        view.validate()?;
+        Ok::<_, TableError>(crate::membership::constant_set(&view))
+    })?;
+    let mask: Vec<bool> = (0..set.len()).map(|i| set.contains(i)).collect();
+    Ok(PyArray1::from_vec(py, mask))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(table_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(collect_chains, m)?)?;
+    m.add_function(wrap_pyfunction!(duplicate_user_candidates, m)?)?;
+    m.add_function(wrap_pyfunction!(constant_mask, m)?)?;
     Ok(())
 }

@@ -28,3 +28,24 @@ def table_counts(table: _Table) -> dict[str, int]:
 
     Raises ValueError naming the offending field if the table is malformed.
     """
+
+def collect_chains(
+    table: _Table, member_mask: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Maximal linear chains of nodes whose class has a bit of ``member_mask``.
+
+    Same chains, same order as stock ``CanonicalizeViewCopyPermutePass._collect_chains``;
+    returned as CSR ``(ptr, nodes)``. Raises ValueError naming the field on a malformed table,
+    and ValueError starting with ``decline:`` on graphs stock would reject.
+    """
+
+def duplicate_user_candidates(
+    table: _Table, group_key: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Producers (graph order) with two or more call_function users sharing a group key.
+
+    ``group_key`` has one int64 per target code; negative keys mark targets never fused.
+    """
+
+def constant_mask(table: _Table) -> npt.NDArray[np.bool_]:
+    """Per-node constant membership from the table's CONSTANT flags."""

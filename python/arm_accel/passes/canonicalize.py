@@ -1,0 +1,106 @@
+"""Accelerated ``CanonicalizeViewCopyPermutePass`` (issue 3).
+
+Stock collects the linear view/permute chains with ``list.pop(0)`` and ``list.remove``, which is
+quadratic in the number of view/permute nodes. Here the chains come from one Rust scan over the
+node table (``_native.collect_chains``): the same chains, in the same order. The per-chain
+fuse/swap logic is stock's own code, run unchanged on those chains, followed by stock's single
+``ExportPass``/``ArmPass`` re-trace when something changed (none otherwise). No
+``GraphModule.recompile()``.
+
+:class:`AccelCanonicalizeMixin` works on top of the transforms base class (which the stock
+propagation passes instantiate internally) and of the Arm subclass; both variants are defined
+here. Chain collection does not read shapes, so symbolic dims need no decline; a graph that stock
+would reject (a node that would join two chains) declines and runs stock, which then reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from executorch.backends.arm._passes.canonicalize_view_copy_permute_pass import (
+    CanonicalizeViewCopyPermutePass as _ArmCanonicalize,
+)
+from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
+    CanonicalizeViewCopyPermutePass as _BaseCanonicalize,
+)
+from torch import fx
+
+from arm_accel import _native
+from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.table import Cls, export_table
+
+logger = logging.getLogger("arm_accel")
+
+_MEMBER = int(Cls.PERMUTE | Cls.VIEW)
+
+
+def chain_classifier(view_target: Any, permute_targets: frozenset[Any]) -> Any:
+    """Classifier marking exactly the targets ``_collect_chains`` treats as chain members."""
+
+    def classify(target: Any) -> int:
+        bits = 0
+        if target in permute_targets:
+            bits |= Cls.PERMUTE
+        if target == view_target:
+            bits |= Cls.VIEW
+        return int(bits)
+
+    return classify
+
+
+def collect_chains(
+    graph_module: fx.GraphModule, view_target: Any, permute_targets: frozenset[Any]
+) -> list[list[fx.Node]]:
+    """Stock ``_collect_chains`` result, computed in Rust. Raises :class:`Decline`."""
+    table = export_table(graph_module, classifier=chain_classifier(view_target, permute_targets))
+    try:
+        ptr, ids = _native.collect_chains(table, _MEMBER)
+    except ValueError as exc:
+        raise Decline(f"collect_chains: {exc}") from exc
+    nodes = table.nodes
+    flat = [nodes[i] for i in ids.tolist()]
+    bounds = ptr.tolist()
+    return [flat[bounds[k] : bounds[k + 1]] for k in range(len(bounds) - 1)]
+
+
+class AccelCanonicalizeMixin(AcceleratedPass):
+    """Rust chain collection for any ``CanonicalizeViewCopyPermutePass`` (list it first)."""
+
+    _recompile_before_retrace = False
+    _accel_chains: list[list[fx.Node]] | None = None
+
+    def accel_plan(self, graph_module: fx.GraphModule) -> list[list[fx.Node]]:
+        return collect_chains(graph_module, self._VIEW_TARGET, self._permute_targets)
+
+    def accel_apply(
+        self, graph_module: fx.GraphModule, plan: list[list[fx.Node]], journal: GraphJournal
+    ) -> Any:
+        # The stock chain logic edits the graph itself; nothing goes through the journal, and
+        # committing it now (without recompiling) keeps the driver from recompiling later.
+        journal.commit(recompile=False)
+        self._accel_chains = plan
+        try:
+            result = self.stock_call(graph_module)
+        finally:
+            self._accel_chains = None
+        if result.modified:
+            self.note_retrace()
+        return result
+
+    def _collect_chains(self, graph_module: fx.GraphModule) -> list[list[fx.Node]]:
+        chains = self._accel_chains
+        if chains is None:  # stock path (fallback, switch off)
+            return super()._collect_chains(graph_module)  # type: ignore[misc]
+        self._accel_chains = None
+        return chains
+
+
+class CanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _ArmCanonicalize):
+    """Arm configuration, accelerated."""
+
+
+class BaseCanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _BaseCanonicalize):
+    """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    accel_name = "transforms.CanonicalizeViewCopyPermutePass"

@@ -1,0 +1,166 @@
+"""Accelerated ``FuseDuplicateUsersPass`` (issue 3).
+
+Stock queues every node as a producer, and re-queues the producer and the surviving user after
+every single fusion, without dedup; each visit groups the producer's users by target and builds
+a signature of every grouped user. Here:
+
+- Rust screens the producers once (``_native.duplicate_user_candidates``): a visit can only fuse
+  when two ``call_function`` users share a non-excluded target key (stock's ``str(target)``), so
+  the initial pass over the queue visits only those producers, plus any node that has since
+  become a fused representative (the only way a node gains users).
+- Revisits keep stock's queue order, but a queued producer whose neighbourhood has not changed
+  since a visit of it that fused nothing is skipped: that visit would see the same users, the
+  same arguments, and fuse nothing again. Every edit bumps a version on the nodes whose visit it
+  can affect (the inputs of the erased user, of each rewired consumer, and the representative).
+
+Both rules only skip visits that are no-ops in stock, so the fusions happen in stock's order
+and the graph equals stock's. The grouping and signatures are stock's own methods. One
+``ExportPass``/``ArmPass`` re-trace when modified, none otherwise; no ``recompile()``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+from executorch.backends.arm._passes.fuse_duplicate_users_pass import (
+    FuseDuplicateUsersPass as _ArmFuse,
+)
+from executorch.backends.transforms.fuse_duplicate_users_pass import (
+    FuseDuplicateUsersPass as _BaseFuse,
+)
+from executorch.exir.pass_base import PassResult
+from torch import fx
+
+from arm_accel import _native
+from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.table import export_table
+
+logger = logging.getLogger("arm_accel")
+
+
+def _no_class(_target: Any) -> int:
+    return 0
+
+
+class AccelFuseDuplicateUsersMixin(AcceleratedPass):
+    """Screened, exact-revisit producer queue for any ``FuseDuplicateUsersPass`` (list it first)."""
+
+    _recompile_before_retrace = False
+
+    def accel_plan(self, graph_module: fx.GraphModule) -> tuple[list[fx.Node], np.ndarray]:
+        table = export_table(graph_module, classifier=_no_class)
+        interned: dict[Hashable, int] = {}
+        keys = np.empty(len(table.targets), dtype=np.int64)
+        for code, target in enumerate(table.targets):
+            if target in self._excluded_targets:
+                keys[code] = -1
+                continue
+            try:
+                key = self._get_target_key(target)
+                keys[code] = interned.setdefault(key, len(interned))
+            except TypeError as exc:  # unhashable target key
+                raise Decline("unhashable target key") from exc
+        try:
+            candidates = _native.duplicate_user_candidates(table, keys)
+        except ValueError as exc:
+            raise Decline(f"duplicate_user_candidates: {exc}") from exc
+        screened = np.zeros(len(table.nodes), dtype=bool)
+        screened[candidates] = True
+        return table.nodes, screened
+
+    def accel_apply(
+        self,
+        graph_module: fx.GraphModule,
+        plan: tuple[list[fx.Node], np.ndarray],
+        journal: GraphJournal,
+    ) -> Any:
+        # Edits go straight through fx, in stock's order; nothing to journal.
+        journal.commit(recompile=False)
+        nodes, screened_arr = plan
+        screened = screened_arr.tolist()
+        graph = graph_module.graph
+        modified = False
+
+        node_order = {node: index for index, node in enumerate(nodes)}
+        version: dict[fx.Node, int] = {}  # bumped when a node's visit could change
+        noop_at: dict[fx.Node, int] = {}  # version at the end of a visit that fused nothing
+        gained: set[fx.Node] = set()  # became a representative: may have new users
+        revisits: deque[fx.Node] = deque()
+
+        def bump(n: fx.Node) -> None:
+            version[n] = version.get(n, 0) + 1
+
+        n_initial = len(nodes)
+        i = 0
+        while True:
+            if i < n_initial:
+                producer = nodes[i]
+                if not screened[i] and producer not in gained:
+                    i += 1
+                    continue  # users only shrank since export: stock's visit is a no-op
+                i += 1
+            elif revisits:
+                producer = revisits.popleft()
+                if noop_at.get(producer, -1) == version.get(producer, 0):
+                    continue  # unchanged since a visit that fused nothing
+            else:
+                break
+
+            if producer.graph is None:
+                continue
+            user_nodes = list(producer.users)
+            if len(user_nodes) < 2:
+                noop_at[producer] = version.get(producer, 0)
+                continue
+
+            candidate_groups = self._get_candidate_groups(node_order, user_nodes)
+            fused_here = False
+            signature_to_user: dict[tuple[Hashable, ...], fx.Node] = {}
+            for group in candidate_groups:
+                for user in group:
+                    signature = self._build_user_signature(user)
+                    if signature is None:
+                        continue
+                    representative = signature_to_user.get(signature)
+                    if representative is None:
+                        signature_to_user[signature] = user
+                        continue
+                    if user is representative:
+                        continue
+
+                    for n in user.all_input_nodes:
+                        bump(n)
+                    for consumer in user.users:
+                        for n in consumer.all_input_nodes:
+                            bump(n)
+                    bump(representative)
+                    user.replace_all_uses_with(representative)
+                    graph.erase_node(user)
+                    gained.add(representative)
+                    modified = True
+                    fused_here = True
+
+                    revisits.append(producer)
+                    revisits.append(representative)
+            if not fused_here:
+                noop_at[producer] = version.get(producer, 0)
+
+        if modified:
+            graph_module.graph.lint()
+            graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
+            self.note_retrace()
+        return PassResult(graph_module, modified)
+
+
+class FuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _ArmFuse):
+    """Arm/TOSA configuration (RESCALE excluded), accelerated."""
+
+
+class BaseFuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _BaseFuse):
+    """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    accel_name = "transforms.FuseDuplicateUsersPass"
