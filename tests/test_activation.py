@@ -23,8 +23,8 @@ import torch.fx
 from arm_accel import activation, stats, switch
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
 
-# A stock Arm pass that the TOSA pipeline runs (3x) and that another executorch module
-# (fold_qdq_with_annotated_qparams_pass) imports by name.
+# A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)
+# and that another executorch module (fold_qdq_with_annotated_qparams_pass) imports by name.
 STOCK = "RemoveNoopPass"
 
 DOUBLE = '''
@@ -76,7 +76,8 @@ class M(torch.nn.Module):
         super().__init__()
         self.lin = torch.nn.Linear(8, 4)
     def forward(self, x):
-        return self.lin(x).reshape(2, 2, 4).permute(0, 2, 1).relu()
+        y = torch.cat([self.lin(x).clone()], dim=0)  # no-ops: RemoveNoopPass acts
+        return y.reshape(2, 2, 4).permute(0, 2, 1).relu()
 
 def lower():
     torch.manual_seed(0)
