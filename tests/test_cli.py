@@ -120,3 +120,77 @@ def test_demo_small_model(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_demo_unknown_model() -> None:
     assert cli.main(["demo", "--model", "no-such-model"]) == 2
+
+
+def _bench_module():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benches", "lowering.py")
+    spec = importlib.util.spec_from_file_location("bench_lowering", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_outputs(tmp_path: os.PathLike[str]) -> None:
+    """The benchmark's table, CSV and plot writers (on made-up results: no lowering)."""
+    bench = _bench_module()
+    assert bench.depth_of("llama16") == 16 and bench.depth_of("transformer4") == 4
+    assert bench.depth_of("convnet") is None
+    results = [
+        bench.Result(
+            name,
+            mode,
+            bench.depth_of(name),
+            100 * d,
+            2.0 * d,
+            1.0 * d,
+            2.0,
+            0.4,
+            0.1,
+            0.8 * d,
+            0.1 * d,
+            50,
+            20,
+            1000,
+            True,
+            5,
+            0,
+        )
+        for name, mode, d in (("llama4", "INT", 4), ("llama8", "INT", 8), ("convnet", "FP", 1))
+    ]
+    results.append(
+        bench.Result(
+            "resnet8",
+            "INT",
+            None,
+            None,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            False,
+            0,
+            0,
+            error="RuntimeError: boom",
+        )
+    )
+    out = os.path.join(tmp_path, "lowering")
+    bench.write_csv(out + ".csv", results)
+    assert bench.plot(out + ".png", results)
+    bench.write_md(out + ".md", results, bench.machine(), out + ".png")
+    md = open(out + ".md").read()
+    assert "| llama8 | INT | 800 | 16.00 | 8.00 | 2.00x | 40.0% | 10.0% | 50 | 20 |" in md
+    assert "error: RuntimeError: boom" in md and "lowering.png" in md
+    with open(out + ".csv") as f:
+        assert [r["model"] for r in csv.DictReader(f)] == ["llama4", "llama8", "convnet", "resnet8"]
+    with open(out + ".png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
