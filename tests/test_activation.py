@@ -396,5 +396,8 @@ def test_supported_version_swaps_fake_package(monkeypatch, isolated_activation):
     assert new is not stock and issubclass(new, stock) and new.__name__ == "RemoveNoopPass"
     st = arm_accel.status()
     assert st["swapped"] == {"RemoveNoopPass": spec} and "Nope" in st["skipped"]
+    assert (
+        activation.stock_class(new) is stock and activation.stock_class("RemoveNoopPass") is stock
+    )
     activation.deactivate()
     assert sys.modules[activation.PASSES_PACKAGE].RemoveNoopPass is stock

@@ -235,6 +235,21 @@ def activate(force: bool = False) -> bool:
         return True
 
 
+def stock_class(cls_or_name: type | str) -> type:
+    """The original executorch class behind a (possibly swapped) Arm pass class or name.
+
+    Tests that compare against stock must use this (or ``arm_accel.disabled()``): once the hook
+    has run, ``from executorch.backends.arm._passes import X`` yields the accelerated class.
+    """
+    if isinstance(cls_or_name, str):
+        pkg = importlib.import_module(PASSES_PACKAGE)
+        found = _resolve_stock(pkg, cls_or_name)
+        if found is None:
+            raise LookupError(cls_or_name)
+        return found
+    return getattr(cls_or_name, "_arm_accel_stock", cls_or_name)
+
+
 def deactivate() -> None:
     """Put every stock class back where it was replaced."""
     with _lock:
