@@ -19,18 +19,23 @@ import logging
 from typing import Any
 
 from executorch.backends.arm._passes.canonicalize_view_copy_permute_pass import (
-    CanonicalizeViewCopyPermutePass as _ArmCanonicalize,
+    CanonicalizeViewCopyPermutePass as __ArmCanonicalize_maybe_swapped,
 )
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
-    CanonicalizeViewCopyPermutePass as _BaseCanonicalize,
+    CanonicalizeViewCopyPermutePass as __BaseCanonicalize_maybe_swapped,
 )
 from torch import fx
 
 from arm_accel import _native
-from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
 from arm_accel.table import Cls, export_table
 
 logger = logging.getLogger("arm_accel")
+
+# The activation may already have swapped our classes into executorch's modules: always
+# derive from the stock classes.
+_ArmCanonicalize = _stock_class(__ArmCanonicalize_maybe_swapped)
+_BaseCanonicalize = _stock_class(__BaseCanonicalize_maybe_swapped)
 
 _MEMBER = int(Cls.PERMUTE | Cls.VIEW)
 

@@ -27,19 +27,24 @@ from typing import Any
 
 import numpy as np
 from executorch.backends.arm._passes.fuse_duplicate_users_pass import (
-    FuseDuplicateUsersPass as _ArmFuse,
+    FuseDuplicateUsersPass as __ArmFuse_maybe_swapped,
 )
 from executorch.backends.transforms.fuse_duplicate_users_pass import (
-    FuseDuplicateUsersPass as _BaseFuse,
+    FuseDuplicateUsersPass as __BaseFuse_maybe_swapped,
 )
 from executorch.exir.pass_base import PassResult
 from torch import fx
 
 from arm_accel import _native
-from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
 from arm_accel.table import export_table
 
 logger = logging.getLogger("arm_accel")
+
+# The activation may already have swapped our classes into executorch's modules: always
+# derive from the stock classes.
+_ArmFuse = _stock_class(__ArmFuse_maybe_swapped)
+_BaseFuse = _stock_class(__BaseFuse_maybe_swapped)
 
 
 def _no_class(_target: Any) -> int:
