@@ -1,11 +1,14 @@
-"""Start-up part of the transparent activation, run from ``arm_accel_hook.pth``.
+"""Import-hook part of the transparent activation.
 
-It must cost nothing measurable at interpreter start-up, so it imports nothing beyond ``sys`` and
-``os`` (already loaded by ``site``) and only puts a tiny finder on ``sys.meta_path``. The finder
-reacts to nothing but the import of ``executorch.backends.arm._passes`` (and, as a retry point,
-``executorch.backends.arm._passes.arm_pass_manager``): it lets the normal finders locate the module,
-wraps its loader so that our callback runs right after the module has executed, and then hands the
-rest to :mod:`arm_accel.activation` (which is imported only at that point).
+``arm_accel_hook.pth`` must cost nothing measurable at interpreter start-up, so it imports
+nothing: it puts a tiny inline bootstrap finder on ``sys.meta_path`` that only reacts to
+``executorch.backends.arm._passes`` and then calls :func:`bootstrap` here, which swaps in
+:class:`ArmAccelFinder` (also used by ``arm_accel.enable()``; imports only ``sys``/``os``).
+
+That finder reacts to nothing but the import of ``executorch.backends.arm._passes`` (and, as a
+retry point, ``executorch.backends.arm._passes.arm_pass_manager``): it lets the normal finders
+locate the module, wraps its loader so that our callback runs right after the module has
+executed, and hands the rest to :mod:`arm_accel.activation` (imported only at that point).
 """
 
 import os
@@ -110,6 +113,15 @@ def uninstall() -> None:
     while finder is not None:
         sys.meta_path.remove(finder)
         finder = installed()
+
+
+def bootstrap(fullname, path=None, target=None):
+    """Called by the inline bootstrap finder of ``arm_accel_hook.pth`` when
+    ``executorch.backends.arm._passes`` is first imported: replace it by the real finder and let
+    that one answer."""
+    uninstall()
+    install()
+    return installed().find_spec(fullname, path, target)
 
 
 def _pth() -> None:
