@@ -1,0 +1,234 @@
+"""Virtual re-trace: what an ``ExportPass`` re-trace changes that later decisions read, and
+nothing else.
+
+Stock's view/permute propagation re-traces the whole graph (DCE + lint + ``ExportPass.call``)
+after every scan, only to refresh ``meta["val"]``. A re-trace rebuilds every node front to back
+by fake-executing its target. What later scans and fusions can observe of that is:
+
+1. the DCE;
+2. ``meta["val"]`` of every node, recomputed from its inputs' values;
+3. every node's ``users`` dict in graph order (a re-trace creates users front to back);
+4. node names (used only as unique keys by the fusions) and arg containers (decisions accept
+   lists and tuples alike), which need no emulation.
+
+``VirtualRetracer`` reproduces 1-3 incrementally: it snapshots each node's ``args``/``kwargs``
+objects (fx replaces them on every edit), and after the edits recomputes ``meta["val"]`` only for
+new or edited nodes and for nodes downstream of a value whose shape, dtype or strides changed,
+exactly as ``ExportPass``/``ArmPass.call_operator`` compute it. Anything it does not model raises
+``VirtualRetraceUnsupported`` and the caller falls back to a real re-trace, which is what stock
+does at that point anyway.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensor
+
+_local = threading.local()
+
+
+class VirtualRetraceUnsupported(Exception):
+    """The graph holds something the virtual re-trace does not model."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Re-trace counting
+
+
+class RetraceCounter:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+@contextmanager
+def count_retraces() -> Iterator[RetraceCounter]:
+    """Count calls of ``_ExportPassBase.call`` (every ExportPass re-trace) inside the block.
+
+    Nests: every active counter of this thread sees each re-trace.
+    """
+    from executorch.exir.pass_base import _ExportPassBase
+
+    counter = RetraceCounter()
+    stack: list[RetraceCounter] | None = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    if not stack and not getattr(_ExportPassBase.call, "_arm_accel_counting", False):
+        original = _ExportPassBase.call
+
+        def call(self: Any, graph_module: fx.GraphModule) -> Any:
+            for c in getattr(_local, "stack", ()):
+                c.count += 1
+            return original(self, graph_module)
+
+        call._arm_accel_counting = True  # type: ignore[attr-defined]
+        call._arm_accel_original = original  # type: ignore[attr-defined]
+        _ExportPassBase.call = call  # type: ignore[method-assign]
+        installed = True
+    else:
+        installed = False
+    stack.append(counter)
+    try:
+        yield counter
+    finally:
+        stack.remove(counter)
+        if installed:
+            _ExportPassBase.call = _ExportPassBase.call._arm_accel_original  # type: ignore
+
+
+# ---------------------------------------------------------------------------------------------
+# Virtual re-trace
+
+
+def _ops_without_quantized_fake_kernel() -> set[Any]:
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    return {exir_ops.edge.aten.bmm.default, exir_ops.edge.aten.leaky_relu.default}
+
+
+def _same_tensor_meta(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and a.stride() == b.stride()
+            and a.device == b.device
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same_tensor_meta(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+def has_symbolic_shapes(graph_module: fx.GraphModule) -> bool:
+    for node in graph_module.graph.nodes:
+        val = node.meta.get("val")
+        vals = val if isinstance(val, (tuple, list)) else (val,)
+        for v in vals:
+            if isinstance(v, torch.Tensor) and any(not isinstance(d, int) for d in v.shape):
+                return True
+            if isinstance(v, torch.SymInt):
+                return True
+    return False
+
+
+class VirtualRetracer:
+    """Tracks edits between two points and replays what a re-trace would change."""
+
+    def __init__(self, graph_module: fx.GraphModule) -> None:
+        self.graph_module = graph_module
+        self.fake_mode = self._find_fake_mode(graph_module)
+        self._special = _ops_without_quantized_fake_kernel()
+        self.snapshot()
+
+    @staticmethod
+    def _find_fake_mode(graph_module: fx.GraphModule) -> Any:
+        for node in graph_module.graph.nodes:
+            val = node.meta.get("val")
+            if isinstance(val, FakeTensor):
+                return val.fake_mode
+        raise VirtualRetraceUnsupported("no fake tensor in graph")
+
+    def snapshot(self) -> None:
+        # fx replaces the args/kwargs containers on every edit; a pass that writes a new
+        # meta["val"] (fork split, fusions) replaces the value: all three are compared by
+        # identity.
+        self._seen: dict[fx.Node, tuple[Any, Any, Any]] = {
+            node: (node.args, node.kwargs, node.meta.get("val"))
+            for node in self.graph_module.graph.nodes
+        }
+
+    def rebind(self, graph_module: fx.GraphModule) -> None:
+        """A real re-trace produced a fresh module: start tracking it."""
+        self.graph_module = graph_module
+        self.fake_mode = self._find_fake_mode(graph_module)
+        self.snapshot()
+
+    def _compute_val(self, node: fx.Node) -> Any:
+        target = node.target
+        if node.op != "call_function":
+            raise VirtualRetraceUnsupported(f"edited {node.op} node")
+
+        def data(n: fx.Node) -> Any:
+            if "val" not in n.meta:
+                raise VirtualRetraceUnsupported(f"input {n.op} without val")
+            return n.meta["val"]
+
+        args = fx.node.map_arg(node.args, data)
+        kwargs = fx.node.map_arg(node.kwargs, data)
+        if target == operator.getitem:
+            value, key = args
+            return value[key]
+        if not isinstance(
+            target, (EdgeOpOverload, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
+        ):
+            raise VirtualRetraceUnsupported(f"edited node with target {target}")
+        if target in self._special and len(node.meta.get("input_qparams", {})) > 0:
+            # ArmPass.call_operator: no quantized fake kernel; keeps the old val's shape.
+            old_val = node.meta["val"]
+            output_qparams = node.meta.get("output_qparams", {})
+            dtype = (
+                next(iter(output_qparams.values())).dtype
+                if len(output_qparams) > 0
+                else old_val.dtype
+            )
+            return torch.empty_like(old_val, dtype=dtype)
+        return target(*args, **kwargs)
+
+    def apply(self) -> int:
+        """DCE, lint, refresh vals of edited nodes and downstream, order users. Returns the
+        number of recomputed nodes."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        graph = self.graph_module.graph
+        graph.eliminate_dead_code()
+        graph.lint()
+        seen = self._seen
+        changed: set[fx.Node] = set()
+        recomputed = 0
+        nodes = list(graph.nodes)
+        fake_mode = self.fake_mode
+        prev_allow = fake_mode.allow_non_fake_inputs
+        fake_mode.allow_non_fake_inputs = True
+        try:
+            with fake_mode, enable_python_dispatcher():
+                for node in nodes:
+                    if node.op in ("placeholder", "get_attr"):
+                        if node not in seen:
+                            raise VirtualRetraceUnsupported(f"new {node.op}")
+                        continue
+                    if node.op == "output":
+                        continue
+                    old = seen.get(node)
+                    edited = (
+                        old is None
+                        or old[0] is not node.args
+                        or old[1] is not node.kwargs
+                        or old[2] is not node.meta.get("val")
+                    )
+                    if not edited and not any(i in changed for i in node._input_nodes):
+                        continue
+                    old_val = node.meta.get("val")
+                    new_val = self._compute_val(node)
+                    recomputed += 1
+                    if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
+                        raise VirtualRetraceUnsupported("non-fake tensor result")
+                    node.meta["val"] = new_val
+                    if not _same_tensor_meta(old_val, new_val):
+                        changed.add(node)
+        finally:
+            fake_mode.allow_non_fake_inputs = prev_allow
+        # A re-trace creates users front to back: users dicts are in graph order.
+        for node in nodes:
+            node.users.clear()
+        for node in nodes:
+            for inp in node._input_nodes:
+                inp.users[node] = None
+        self.snapshot()
+        return recomputed
