@@ -31,7 +31,9 @@ PY
 "$VENV/bin/python" -m ruff --version >/dev/null 2>&1 || "$VENV/bin/pip" install -q ruff
 
 # Build the extension in release mode and install the package editable into the venv.
-VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/python" -m maturin develop --release -q >&2
+# maturin's binary must live in the venv (a base-interpreter copy is not found from here).
+[ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q --ignore-installed "maturin>=1.5,<2"
+VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release -q >&2
 # The editable install does not carry the wheel-root arm_accel_hook.pth (transparent activation,
 # issue 5); put it next to the editable arm_accel.pth so the venv behaves like a wheel install.
 cp arm_accel_hook.pth "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
