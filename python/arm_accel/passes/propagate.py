@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
+import executorch.backends.transforms.propagate_view_copy_permute_pass as _generic
 from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
     PropagateViewCopyPermuteDownPass as _StockDown,
 )
 from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
     PropagateViewCopyPermuteUpPass as _StockUp,
 )
-from executorch.exir.pass_base import PassResult
+from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel import stats
@@ -38,10 +40,85 @@ from arm_accel.retrace import (
 logger = logging.getLogger("arm_accel")
 
 
+#: Make the re-traces the in-loop fusions end with virtual too (stretch goal of issue 4).
+ELIDE_FUSION_RETRACES = True
+
+
+class _VirtualRetraceBase(ExportPass):
+    """Placed right before ``ExportPass`` in a fusion pass's MRO: the fusion's closing
+    ``super().call(graph_module)`` re-trace becomes a virtual one."""
+
+    _arm_accel_tracker: VirtualRetracer | None = None
+    _arm_accel_owner: str = ""
+
+    def call(self, graph_module: fx.GraphModule) -> PassResult:
+        tracker = self._arm_accel_tracker
+        if tracker is not None and tracker.graph_module is graph_module:
+            try:
+                tracker.apply()
+                return PassResult(graph_module, True)
+            except VirtualRetraceUnsupported as exc:
+                stats.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
+        return super().call(graph_module)
+
+
+_VIRTUAL_VARIANTS: dict[type, type] = {}
+
+
+def _virtualized(cls: type) -> type:
+    variant = _VIRTUAL_VARIANTS.get(cls)
+    if variant is None:
+        variant = type(f"Virtual{cls.__name__}", (cls, _VirtualRetraceBase), {})
+        mro = variant.__mro__
+        if mro.index(_VirtualRetraceBase) != mro.index(ExportPass) - 1:
+            variant = cls  # cannot interpose: keep the real re-trace
+        _VIRTUAL_VARIANTS[cls] = variant
+    return variant
+
+
 class _AcceleratedPropagation:
-    """Mixin placed before the stock Arm class; overrides ``call`` only."""
+    """Mixin placed before the stock Arm class; overrides ``call`` and the fusion hooks."""
 
     _stock_name: str
+
+    def _run_fusion(self, fusion: Any, graph_module: fx.GraphModule) -> PassResult:
+        if ELIDE_FUSION_RETRACES and isinstance(fusion, _VirtualRetraceBase):
+            fusion._arm_accel_tracker = VirtualRetracer(graph_module)
+            fusion._arm_accel_owner = self._stock_name
+        return fusion.call(graph_module)
+
+    # Stock ``fuse_horizontal``/``fuse_vertical``/``make_fusion_pass``, with the fusion classes
+    # looked up where stock looks them up, and their closing re-trace made virtual.
+    def fuse_horizontal(self, graph_module: fx.GraphModule) -> PassResult:
+        if isinstance(self, _generic.PropagateViewCopyPermuteUpPass):
+            cls = _virtualized(_generic.FuseDuplicateUsersPass)
+            fusion = cls(self.duplicate_user_fusion_exclusions())
+        else:
+            cls = _virtualized(_generic.FuseIdenticalInputTransformsPass)
+            fusion = cls(permute_targets=self._permute_targets)  # type: ignore[attr-defined]
+        result = self._run_fusion(fusion, graph_module)
+        return PassResult(result.graph_module, result.modified)
+
+    def fuse_vertical(self, graph_module: fx.GraphModule) -> PassResult:
+        modified = False
+        fusion_pass = self.make_fusion_pass()  # type: ignore[attr-defined]
+        if fusion_pass is not None:
+            result = self._run_fusion(fusion_pass, graph_module)
+            graph_module = result.graph_module
+            modified |= result.modified
+        canonicalize = _virtualized(_generic.CanonicalizeViewCopyPermutePass)
+        permute_targets = self._permute_targets  # type: ignore[attr-defined]
+        result = self._run_fusion(canonicalize(permute_targets), graph_module)
+        graph_module = result.graph_module
+        modified |= result.modified
+        return PassResult(graph_module, modified)
+
+    def make_fusion_pass(self) -> ExportPass | None:
+        fusion = super().make_fusion_pass()  # type: ignore[misc]
+        if fusion is not None:
+            # The variant only adds class attributes, so the instance can switch class.
+            fusion.__class__ = _virtualized(type(fusion))
+        return fusion
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:  # type: ignore[override]
         name = self._stock_name

@@ -1,0 +1,139 @@
+"""Accelerated PropagateViewCopyPermute{Down,Up}Pass: differential tests against stock.
+
+Stock and ours run on the same captured input in one process and must give equal graphs
+(``arm_accel.testing.assert_graphs_equal``); full lowerings with our classes in the Arm pass
+manager must give byte-identical TOSA. The upstream executorch test modules are re-run with our
+classes swapped in by ``upstream_propagate_plugin`` (see ``test_upstream_modules``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from arm_accel import capture, models
+from arm_accel.passes import propagate
+from arm_accel.retrace import count_retraces
+from arm_accel.testing import assert_graphs_equal
+from conftest import captured_lowering
+
+PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
+
+
+def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+
+    return TosaLoweringContext(instance.compile_spec.tosa_spec)  # type: ignore[attr-defined]
+
+
+def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
+    records = [r for r in captured if r.pass_name in PASS_NAMES]
+    assert records, "the lowering did not call the propagation passes"
+    for record in records:
+        stock_instance = record.pass_instance
+        ours_cls = getattr(propagate, record.pass_name)
+        a, b = record.fresh_graph(), record.fresh_graph()
+        with _tosa_context(stock_instance):
+            with count_retraces() as stock_retraces:
+                ra = type(stock_instance)(
+                    stock_instance.compile_spec, stock_instance.exported_program
+                ).call(a)
+            with count_retraces() as our_retraces:
+                rb = ours_cls(stock_instance.compile_spec, stock_instance.exported_program).call(b)
+        assert ra.modified == rb.modified
+        assert_graphs_equal(ra.graph_module, rb.graph_module)
+        assert our_retraces.count <= stock_retraces.count
+
+
+def _lower_with_ours(name: str) -> list[bytes]:
+    import executorch.backends.arm._passes.arm_pass_manager as apm
+
+    saved = {n: getattr(apm, n) for n in PASS_NAMES}
+    try:
+        for n in PASS_NAMES:
+            setattr(apm, n, getattr(propagate, n))
+        model, inputs, mode = models.build(name)
+        exported = models.export_for_arm(model, inputs, mode)
+        return models.tosa_bytes(models.lower(exported, mode))
+    finally:
+        for n, cls in saved.items():
+            setattr(apm, n, cls)
+
+
+@pytest.mark.parametrize("name", ["llama1", "llama2"])
+def test_tosa_bytes_identical(name: str) -> None:
+    stock_bytes = captured_lowering(name)[1]
+    ours = _lower_with_ours(name)
+    assert len(ours) == len(stock_bytes)
+    assert ours == stock_bytes
+
+
+class _MeanNoKeepdim(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.permute(0, 2, 1).mean(dim=1)
+
+
+def _edge_graph(module: torch.nn.Module, inputs: tuple[torch.Tensor, ...]):  # type: ignore[no-untyped-def]
+    from executorch.exir import to_edge
+
+    return to_edge(torch.export.export(module, inputs)).exported_program().graph_module
+
+
+def test_keepdim_false_reduction_raises_like_stock() -> None:
+    from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
+
+    spec = TosaSpecification.create_from_string("TOSA-1.0+FP")
+    messages = []
+    for cls in (
+        arm_mod.PropagateViewCopyPermuteDownPass,
+        propagate.PropagateViewCopyPermuteDownPass,
+    ):
+        gm = _edge_graph(_MeanNoKeepdim(), (torch.randn(2, 3, 4),))
+        with TosaLoweringContext(spec), pytest.raises(RuntimeError) as info:
+            cls().call(gm)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "keep_dim=True" in messages[0]
+
+
+UPSTREAM_MODULES = (
+    "arm/test/passes/test_propagate_permutes_views_pass.py",
+    "arm/test/passes/test_rank_match_after_propagation.py",
+    "arm/test/passes/test_permute_view_swap.py",
+    "arm/test/passes/test_view_permute_swap.py",
+    "transforms/test/test_propagate_view_copy_permute_pass.py",
+    "arm/test/misc/test_transpose_counts.py",
+    "arm/test/misc/test_high_rank_permute_view_invariants.py",
+    "arm/test/misc/test_reshape_permute_5d_regression.py",
+)
+
+
+@pytest.mark.skipif(
+    os.environ.get("ARM_ACCEL_UPSTREAM") != "1",
+    reason="runs ~200 upstream tests incl. lowerings; set ARM_ACCEL_UPSTREAM=1",
+)
+def test_upstream_modules() -> None:
+    import executorch.backends
+
+    root = Path(executorch.backends.__file__).parent
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"]
+        + ["-p", "upstream_propagate_plugin"]
+        + [str(root / m) for m in UPSTREAM_MODULES],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-5000:]
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("ARM_ACCEL_STATS "))
+    snapshot = json.loads(line.removeprefix("ARM_ACCEL_STATS "))
+    assert snapshot["PropagateViewCopyPermuteDownPass"]["accelerated"] > 0
+    assert snapshot["PropagateViewCopyPermuteUpPass"]["accelerated"] > 0
