@@ -1,0 +1,78 @@
+"""Side-by-side benchmark of the issue-3 passes: stock vs accelerated, same run, same inputs.
+
+Lowers each model once (stock passes, via ``arm_accel.capture``), then replays every captured
+input of each pass through the stock class and the accelerated class, alternating, and prints
+the total seconds and the ratio stock / accelerated per (model, pass). The graphs are checked
+equal as they go.
+
+    python benches/fusion_passes.py [--models dscnnkws,resnet8,llama1,llama1-fp] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import time
+from typing import Any
+
+import torch
+from arm_accel import capture, models, switch
+from arm_accel.passes import canonicalize, fuse_duplicate_users, remove_permutes_around_elementwise
+from arm_accel.passes.base import _stock_class
+from arm_accel.testing import assert_graphs_equal
+
+OURS: dict[str, type] = {
+    "CanonicalizeViewCopyPermutePass": canonicalize.CanonicalizeViewCopyPermutePass,
+    "FuseDuplicateUsersPass": fuse_duplicate_users.FuseDuplicateUsersPass,
+    "RemovePermutesAroundElementwiseTosaOps": (
+        remove_permutes_around_elementwise.RemovePermutesAroundElementwiseTosaOps
+    ),
+}
+
+
+def _as(instance: Any, cls: type) -> Any:
+    new = cls.__new__(cls)
+    new.__dict__.update(copy.copy(instance.__dict__))
+    return new
+
+
+def _timed(pass_obj: Any, record: capture.Captured) -> tuple[float, Any]:
+    gm = record.fresh_graph()
+    t0 = time.perf_counter()
+    result = pass_obj.call(gm)
+    return time.perf_counter() - t0, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="dscnnkws,resnet8,llama1,llama1-fp")
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    print(f"{'model':<12} {'pass':<34} {'calls':>5} {'stock s':>9} {'accel s':>9} {'ratio':>6}")
+    for name in args.models.split(","):
+        torch.manual_seed(0)
+        model, inputs, mode = models.build(name)
+        exported = models.export_for_arm(model, inputs, mode)
+        with switch.disabled(), capture.capture(tuple(OURS)) as records:
+            models.lower(exported, mode)
+        for pass_name, ours_cls in OURS.items():
+            recs = [r for r in records if r.pass_name == pass_name]
+            stock_cls = _stock_class(capture.stock_class(pass_name))
+            t_stock = t_ours = 0.0
+            for _ in range(args.repeat):
+                for r in recs:
+                    ts, rs = _timed(_as(r.pass_instance, stock_cls), r)
+                    to, ro = _timed(_as(r.pass_instance, ours_cls), r)
+                    assert_graphs_equal(rs.graph_module, ro.graph_module)
+                    t_stock += ts
+                    t_ours += to
+            ratio = t_stock / t_ours if t_ours else float("nan")
+            print(
+                f"{name:<12} {pass_name:<34} {len(recs):>5} {t_stock:>9.4f} {t_ours:>9.4f}"
+                f" {ratio:>6.2f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
