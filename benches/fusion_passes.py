@@ -54,7 +54,7 @@ def main() -> None:
         torch.manual_seed(0)
         model, inputs, mode = models.build(name)
         exported = models.export_for_arm(model, inputs, mode)
-        with switch.disabled(), capture.capture(tuple(OURS)) as records:
+        with switch.disabled(), capture.capture(tuple(OURS), outermost_only=False) as records:
             models.lower(exported, mode)
         for pass_name, ours_cls in OURS.items():
             recs = [r for r in records if r.pass_name == pass_name]
