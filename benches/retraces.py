@@ -1,6 +1,10 @@
 """Re-traces and seconds in PropagateViewCopyPermute{Down,Up}Pass, stock vs ours, one process.
 
-    python benches/retraces.py llama4 transformer4 transformer8
+    ARM_ACCEL=0 python benches/retraces.py llama4 transformer4 transformer8
+
+``ARM_ACCEL=0`` keeps the activation hook from swapping any accelerated pass in, so the stock run
+is pure stock and the other run differs only by our two classes (patched into the Arm pass
+manager here, with the switch turned on for them).
 
 For each model: one stock lowering and one lowering with our classes in the Arm pass manager
 (same exported program input, built once), the TOSA bytes compared, and per-call re-traces,
@@ -16,8 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from arm_accel import models
-from arm_accel.capture import stock_class
+from arm_accel import activation, models, switch
 from arm_accel.passes import propagate
 from arm_accel.retrace import count_retraces
 
@@ -33,9 +36,8 @@ def measure(ours: bool) -> Iterator[list[tuple[str, int, float]]]:
     saved_apm = {n: getattr(apm, n) for n in NAMES}
     patched: list[tuple[type, Any]] = []
     for n in NAMES:
-        cls = getattr(propagate, n) if ours else stock_class(n)
-        if ours:
-            setattr(apm, n, cls)
+        cls = getattr(propagate, n) if ours else activation.stock_class(n)
+        setattr(apm, n, cls)
         original = cls.__dict__.get("call")
         inner = cls.call
 
@@ -65,10 +67,12 @@ def run(name: str) -> None:
     exported = models.export_for_arm(model, inputs, mode)
     results = {}
     for ours in (False, True):
+        previous = switch.set_enabled(ours)
         with measure(ours) as calls, count_retraces() as total:
             t = time.perf_counter()
             edge = models.lower(copy.deepcopy(exported), mode)
             lowering = time.perf_counter() - t
+        switch.set_enabled(previous)
         results[ours] = (calls, lowering, total.count, models.tosa_bytes(edge))
     (sc, sl, st, sb), (oc, ol, ot, ob) = results[False], results[True]
     s_sec, o_sec = sum(c[2] for c in sc), sum(c[2] for c in oc)

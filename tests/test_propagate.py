@@ -16,11 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import capture, models
+from arm_accel import activation, capture, models, switch
 from arm_accel.passes import propagate
 from arm_accel.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal
-from conftest import captured_lowering
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
@@ -36,13 +35,13 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
     assert records, "the lowering did not call the propagation passes"
     for record in records:
         stock_instance = record.pass_instance
+        # The activation hook may have swapped ours in: take the stock class explicitly.
+        stock_cls = activation.stock_class(record.pass_name)
         ours_cls = getattr(propagate, record.pass_name)
         a, b = record.fresh_graph(), record.fresh_graph()
         with _tosa_context(stock_instance):
-            with count_retraces() as stock_retraces:
-                ra = type(stock_instance)(
-                    stock_instance.compile_spec, stock_instance.exported_program
-                ).call(a)
+            with switch.disabled(), count_retraces() as stock_retraces:
+                ra = stock_cls(stock_instance.compile_spec, stock_instance.exported_program).call(a)
             with count_retraces() as our_retraces:
                 rb = ours_cls(stock_instance.compile_spec, stock_instance.exported_program).call(b)
         assert ra.modified == rb.modified
@@ -50,25 +49,29 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
         assert our_retraces.count <= stock_retraces.count
 
 
-def _lower_with_ours(name: str) -> list[bytes]:
+def _lower(name: str, ours: bool) -> list[bytes]:
+    """Lower with our two classes (switch on) or pure stock (switch off: every accelerated pass
+    the activation hook may have installed runs stock)."""
     import executorch.backends.arm._passes.arm_pass_manager as apm
 
     saved = {n: getattr(apm, n) for n in PASS_NAMES}
+    previous = switch.set_enabled(ours)
     try:
         for n in PASS_NAMES:
-            setattr(apm, n, getattr(propagate, n))
+            setattr(apm, n, getattr(propagate, n) if ours else activation.stock_class(n))
         model, inputs, mode = models.build(name)
         exported = models.export_for_arm(model, inputs, mode)
         return models.tosa_bytes(models.lower(exported, mode))
     finally:
+        switch.set_enabled(previous)
         for n, cls in saved.items():
             setattr(apm, n, cls)
 
 
 @pytest.mark.parametrize("name", ["llama1", "llama2"])
 def test_tosa_bytes_identical(name: str) -> None:
-    stock_bytes = captured_lowering(name)[1]
-    ours = _lower_with_ours(name)
+    stock_bytes = _lower(name, ours=False)
+    ours = _lower(name, ours=True)
     assert len(ours) == len(stock_bytes)
     assert ours == stock_bytes
 
@@ -122,7 +125,7 @@ def test_upstream_modules() -> None:
     import executorch.backends
 
     root = Path(executorch.backends.__file__).parent
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent), ARM_ACCEL="0")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"]
         + ["-p", "upstream_propagate_plugin"]

@@ -15,7 +15,12 @@ def pytest_configure(config: object) -> None:
     import executorch.backends.arm._passes.arm_pass_manager as apm
     import executorch.backends.arm._passes.propagate_view_copy_permute_pass as arm_mod
     import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
+    from arm_accel import switch
     from arm_accel.passes import propagate
+
+    # Run with ARM_ACCEL=0 so the activation hook swaps nothing else in; turn the switch on
+    # for our two classes.
+    switch.set_enabled(True)
 
     for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
         ours = getattr(propagate, name)

@@ -21,15 +21,16 @@ from typing import Any
 
 import executorch.backends.transforms.propagate_view_copy_permute_pass as _generic
 from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
-    PropagateViewCopyPermuteDownPass as _StockDown,
+    PropagateViewCopyPermuteDownPass as _MaybeSwappedDown,
 )
 from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
-    PropagateViewCopyPermuteUpPass as _StockUp,
+    PropagateViewCopyPermuteUpPass as _MaybeSwappedUp,
 )
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
-from arm_accel import stats
+from arm_accel import stats, switch
+from arm_accel.passes.base import _stock_class
 from arm_accel.retrace import (
     VirtualRetracer,
     VirtualRetraceUnsupported,
@@ -38,6 +39,10 @@ from arm_accel.retrace import (
 )
 
 logger = logging.getLogger("arm_accel")
+
+# The activation hook may already have swapped ours into the stock module: derive from stock.
+_StockDown = _stock_class(_MaybeSwappedDown)
+_StockUp = _stock_class(_MaybeSwappedUp)
 
 
 #: Make the re-traces the in-loop fusions end with virtual too (stretch goal of issue 4).
@@ -124,7 +129,9 @@ class _AcceleratedPropagation:
         name = self._stock_name
         start = time.perf_counter()
         reason = None
-        if has_symbolic_shapes(graph_module):
+        if not switch.is_enabled():
+            reason = "switched off"
+        elif has_symbolic_shapes(graph_module):
             reason = "symbolic shapes"
         else:
             try:
@@ -133,7 +140,8 @@ class _AcceleratedPropagation:
                 reason = str(exc)
         with count_retraces() as retraces:
             if reason is not None:
-                stats.record_fallback(name, reason)
+                if reason != "switched off":
+                    stats.record_fallback(name, reason)
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
@@ -202,14 +210,17 @@ class _AcceleratedPropagation:
 
 class PropagateViewCopyPermuteDownPass(_AcceleratedPropagation, _StockDown):
     _stock_name = "PropagateViewCopyPermuteDownPass"
+    _arm_accel_stock = _StockDown
 
 
 class PropagateViewCopyPermuteUpPass(_AcceleratedPropagation, _StockUp):
     _stock_name = "PropagateViewCopyPermuteUpPass"
+    _arm_accel_stock = _StockUp
 
 
 def accelerate(stock_class: type) -> type:
     """An accelerated subclass of any ``PropagateViewCopyPermutePass`` subclass (for example
     the backend-neutral ``executorch.backends.transforms`` ones)."""
     name = stock_class.__name__
-    return type(name, (_AcceleratedPropagation, stock_class), {"_stock_name": name})
+    attrs = {"_stock_name": name, "_arm_accel_stock": stock_class}
+    return type(name, (_AcceleratedPropagation, stock_class), attrs)
