@@ -11,6 +11,7 @@ equal as they go.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import time
 from typing import Any
@@ -36,6 +37,16 @@ def _as(instance: Any, cls: type) -> Any:
     return new
 
 
+def _tosa_context(records: list[capture.Captured]) -> Any:
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+
+    for r in records:
+        spec = getattr(getattr(r.pass_instance, "compile_spec", None), "tosa_spec", None)
+        if spec is not None:
+            return TosaLoweringContext(spec)
+    return contextlib.nullcontext()
+
+
 def _timed(pass_obj: Any, record: capture.Captured) -> tuple[float, Any]:
     gm = record.fresh_graph()
     t0 = time.perf_counter()
@@ -56,14 +67,16 @@ def main() -> None:
         exported = models.export_for_arm(model, inputs, mode)
         with switch.disabled(), capture.capture(tuple(OURS), outermost_only=False) as records:
             models.lower(exported, mode)
+        recs_all = records
         for pass_name, ours_cls in OURS.items():
             recs = [r for r in records if r.pass_name == pass_name]
             stock_cls = _stock_class(capture.stock_class(pass_name))
             t_stock = t_ours = 0.0
             for _ in range(args.repeat):
                 for r in recs:
-                    ts, rs = _timed(_as(r.pass_instance, stock_cls), r)
-                    to, ro = _timed(_as(r.pass_instance, ours_cls), r)
+                    with _tosa_context(recs_all):
+                        ts, rs = _timed(_as(r.pass_instance, stock_cls), r)
+                        to, ro = _timed(_as(r.pass_instance, ours_cls), r)
                     assert_graphs_equal(rs.graph_module, ro.graph_module)
                     t_stock += ts
                     t_ours += to

@@ -7,6 +7,7 @@ native entry points.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import random
@@ -222,6 +223,17 @@ def test_random_graphs_equal_stock(name: str, seed: int) -> None:
 # -- captured real lowerings -----------------------------------------------------------------
 
 
+def tosa_context(records: list[Any]) -> Any:
+    """The TOSA lowering context of a captured lowering (TOSA ops re-trace only inside it)."""
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+
+    for r in records:
+        spec = getattr(getattr(r.pass_instance, "compile_spec", None), "tosa_spec", None)
+        if spec is not None:
+            return TosaLoweringContext(spec)
+    return contextlib.nullcontext()
+
+
 CAPTURED_OURS = {
     **OURS,
     "RemovePermutesAroundElementwiseTosaOps": (
@@ -236,12 +248,13 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
     if not records and name == "RemovePermutesAroundElementwiseTosaOps":
         pytest.skip("only called nested (inside propagation); see the nested capture test")
     assert records, f"the lowering never ran {name}"
-    for record in records:
-        differential(
-            _as(record.pass_instance, stock_class(name)),
-            _as(record.pass_instance, CAPTURED_OURS[name]),
-            record.fresh_graph,
-        )
+    with tosa_context(captured):
+        for record in records:
+            differential(
+                _as(record.pass_instance, stock_class(name)),
+                _as(record.pass_instance, CAPTURED_OURS[name]),
+                record.fresh_graph,
+            )
 
 
 # -- the kernels against the stock helpers --------------------------------------------------
