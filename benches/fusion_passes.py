@@ -11,7 +11,6 @@ equal as they go.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import time
 from typing import Any
@@ -37,14 +36,17 @@ def _as(instance: Any, cls: type) -> Any:
     return new
 
 
-def _tosa_context(records: list[capture.Captured]) -> Any:
-    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+def _tosa_context(records: list[capture.Captured], mode: str) -> Any:
+    from executorch.backends.arm.tosa.specification import (
+        TosaLoweringContext,
+        TosaSpecification,
+    )
 
     for r in records:
         spec = getattr(getattr(r.pass_instance, "compile_spec", None), "tosa_spec", None)
         if spec is not None:
             return TosaLoweringContext(spec)
-    return contextlib.nullcontext()
+    return TosaLoweringContext(TosaSpecification.create_from_string(f"TOSA-1.0+{mode}"))
 
 
 def _timed(pass_obj: Any, record: capture.Captured) -> tuple[float, Any]:
@@ -74,7 +76,7 @@ def main() -> None:
             t_stock = t_ours = 0.0
             for _ in range(args.repeat):
                 for r in recs:
-                    with _tosa_context(recs_all):
+                    with _tosa_context(recs_all, mode):
                         ts, rs = _timed(_as(r.pass_instance, stock_cls), r)
                         to, ro = _timed(_as(r.pass_instance, ours_cls), r)
                     assert_graphs_equal(rs.graph_module, ro.graph_module)
