@@ -87,9 +87,14 @@ class _AcceleratedPropagation:
     _stock_name: str
 
     def _run_fusion(self, fusion: Any, graph_module: fx.GraphModule) -> PassResult:
-        if ELIDE_FUSION_RETRACES and isinstance(fusion, _VirtualRetraceBase):
-            fusion._arm_accel_tracker = VirtualRetracer(graph_module)
-            fusion._arm_accel_owner = self._stock_name
+        # Only on the accelerated path: a stock run (decline, switch off) keeps real re-traces.
+        active = getattr(self, "_arm_accel_active", False)
+        if active and ELIDE_FUSION_RETRACES and isinstance(fusion, _VirtualRetraceBase):
+            try:
+                fusion._arm_accel_tracker = VirtualRetracer(graph_module)
+                fusion._arm_accel_owner = self._stock_name
+            except VirtualRetraceUnsupported:
+                fusion._arm_accel_tracker = None
         return fusion.call(graph_module)
 
     # Stock ``fuse_horizontal``/``fuse_vertical``/``make_fusion_pass``, with the fusion classes
@@ -145,7 +150,11 @@ class _AcceleratedPropagation:
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
-                result = self._accelerated_call(graph_module)
+                self._arm_accel_active = True
+                try:
+                    result = self._accelerated_call(graph_module)
+                finally:
+                    self._arm_accel_active = False
         stats.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
         return result
 
