@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-DEFAULT_MODEL = "llama8"
+DEFAULT_MODEL = "llama4"
 
 
 @dataclass(frozen=True)
