@@ -43,10 +43,15 @@ logger = logging.getLogger("arm_accel")
 # The activation hook may already have swapped ours into the stock module: derive from stock.
 _StockDown = _stock_class(_MaybeSwappedDown)
 _StockUp = _stock_class(_MaybeSwappedUp)
+_GENERIC_UP_FUSE_HORIZONTAL = _stock_class(_generic.PropagateViewCopyPermuteUpPass).fuse_horizontal
+_GENERIC_DOWN_FUSE_HORIZONTAL = _stock_class(
+    _generic.PropagateViewCopyPermuteDownPass
+).fuse_horizontal
+_GENERIC_FUSE_VERTICAL = _generic.PropagateViewCopyPermutePass.fuse_vertical
 
 
 #: Make the re-traces the in-loop fusions end with virtual too (stretch goal of issue 4).
-ELIDE_FUSION_RETRACES = False  # True: 6x on llama1, but 2 upstream pass tests fail (uninvestigated)
+ELIDE_FUSION_RETRACES = True
 
 
 class _VirtualRetraceBase(ExportPass):
@@ -98,18 +103,28 @@ class _AcceleratedPropagation:
         return fusion.call(graph_module)
 
     # Stock ``fuse_horizontal``/``fuse_vertical``/``make_fusion_pass``, with the fusion classes
-    # looked up where stock looks them up, and their closing re-trace made virtual.
+    # looked up where stock looks them up, and their closing re-trace made virtual. The direction
+    # comes from the stock class's own method (captured at import: a harness may replace the
+    # module attributes ``_generic.PropagateViewCopyPermute*Pass`` by subclasses, and an
+    # ``isinstance`` against the replaced attribute picks the wrong fusion). A stock class with
+    # its own override keeps it (real re-traces).
     def fuse_horizontal(self, graph_module: fx.GraphModule) -> PassResult:
-        if isinstance(self, _generic.PropagateViewCopyPermuteUpPass):
+        stock_impl = self._arm_accel_stock.fuse_horizontal  # type: ignore[attr-defined]
+        if stock_impl is _GENERIC_UP_FUSE_HORIZONTAL:
             cls = _virtualized(_generic.FuseDuplicateUsersPass)
-            fusion = cls(self.duplicate_user_fusion_exclusions())
-        else:
+            fusion = cls(self.duplicate_user_fusion_exclusions())  # type: ignore[attr-defined]
+        elif stock_impl is _GENERIC_DOWN_FUSE_HORIZONTAL:
             cls = _virtualized(_generic.FuseIdenticalInputTransformsPass)
             fusion = cls(permute_targets=self._permute_targets)  # type: ignore[attr-defined]
+        else:
+            return stock_impl(self, graph_module)
         result = self._run_fusion(fusion, graph_module)
         return PassResult(result.graph_module, result.modified)
 
     def fuse_vertical(self, graph_module: fx.GraphModule) -> PassResult:
+        stock_impl = self._arm_accel_stock.fuse_vertical  # type: ignore[attr-defined]
+        if stock_impl is not _GENERIC_FUSE_VERTICAL:
+            return stock_impl(self, graph_module)
         modified = False
         fusion_pass = self.make_fusion_pass()  # type: ignore[attr-defined]
         if fusion_pass is not None:
