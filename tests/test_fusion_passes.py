@@ -19,7 +19,12 @@ import pytest
 import torch
 from arm_accel import _native, stats
 from arm_accel.capture import stock_class as _maybe_swapped_class
-from arm_accel.passes import canonicalize, fuse_duplicate_users, remove_permutes_around_elementwise
+from arm_accel.passes import (
+    canonicalize,
+    fuse_duplicate_users,
+    fuse_identical_input_transforms,
+    remove_permutes_around_elementwise,
+)
 from arm_accel.passes.base import _stock_class
 from arm_accel.table import Cls, export_table
 from arm_accel.testing import assert_graphs_equal
@@ -28,6 +33,12 @@ from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
 )
 from executorch.backends.transforms.fuse_duplicate_users_pass import (
     FuseDuplicateUsersPass as BaseFuse,
+)
+from executorch.backends.transforms.fuse_identical_input_transforms_pass import (
+    FuseIdenticalInputTransformsPass as BaseFuseIdentical,
+)
+from executorch.backends.transforms.remove_permutes_around_elementwise_ops import (
+    RemovePermutesAroundElementwiseOps as BaseRemovePermutes,
 )
 from executorch.exir import EdgeCompileConfig, to_edge
 from executorch.exir.pass_base import _ExportPassBase
@@ -42,10 +53,23 @@ def stock_class(name: str) -> type:
 OURS: dict[str, type] = {
     "CanonicalizeViewCopyPermutePass": canonicalize.CanonicalizeViewCopyPermutePass,
     "FuseDuplicateUsersPass": fuse_duplicate_users.FuseDuplicateUsersPass,
+    "FuseIdenticalInputTransformsPass": (
+        fuse_identical_input_transforms.FuseIdenticalInputTransformsPass
+    ),
 }
+# Passes whose accelerated path calls a native kernel (the decline test injects failures there).
+NATIVE = ("CanonicalizeViewCopyPermutePass", "FuseDuplicateUsersPass")
 BASE_PAIRS = [
     (_stock_class(BaseCanonicalize), canonicalize.BaseCanonicalizeViewCopyPermutePass),
     (_stock_class(BaseFuse), fuse_duplicate_users.BaseFuseDuplicateUsersPass),
+    (
+        _stock_class(BaseFuseIdentical),
+        fuse_identical_input_transforms.BaseFuseIdenticalInputTransformsPass,
+    ),
+    (
+        _stock_class(BaseRemovePermutes),
+        remove_permutes_around_elementwise.BaseRemovePermutesAroundElementwiseOps,
+    ),
 ]
 
 
@@ -137,15 +161,29 @@ class Duplicates(torch.nn.Module):
         return c1 + c2 + d[0].sum() + d[1].sum() + d[2].sum() + torch.relu(y) + torch.relu(y)
 
 
+class SinkTransforms(torch.nn.Module):
+    """Identical input transforms of elementwise ops and cat, some sinkable, some not."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        a = x.permute(0, 2, 1) + y.permute(0, 2, 1)  # sinks
+        b = torch.cat([x.reshape(2, 12), y.reshape(2, 12)], 1)  # sinks (cat dim maps)
+        c = torch.where(z.permute(0, 2, 1) > 0, a, z.permute(0, 2, 1))  # shared input: no
+        d = (x.permute(2, 1, 0) * y.permute(2, 1, 0)).permute(2, 1, 0) - z  # sinks, chains
+        e = x.permute(0, 2, 1) - y.permute(1, 0, 2).reshape(2, 4, 3)  # different: no
+        return a.sum() + b.sum() + c.sum() + d.sum() + e.sum()
+
+
 def _hand_graphs() -> dict[str, Callable[[], fx.GraphModule]]:
     torch.manual_seed(0)
+    xyz = (torch.randn(2, 3, 4), torch.randn(2, 3, 4), torch.randn(2, 3, 4))
     return {
         "chains": lambda: _edge(Chains(), torch.randn(2, 3, 4)),
         "duplicates": lambda: _edge(Duplicates(), torch.randn(4, 4), torch.randn(4, 4)),
+        "sinks": lambda: _edge(SinkTransforms(), *xyz),
     }
 
 
-@pytest.mark.parametrize("graph", ["chains", "duplicates"])
+@pytest.mark.parametrize("graph", ["chains", "duplicates", "sinks"])
 @pytest.mark.parametrize("name", list(OURS))
 def test_hand_built_graphs_equal_stock(name: str, graph: str) -> None:
     make = _hand_graphs()[graph]
@@ -155,6 +193,7 @@ def test_hand_built_graphs_equal_stock(name: str, graph: str) -> None:
     if (name, graph) in {
         ("CanonicalizeViewCopyPermutePass", "chains"),
         ("FuseDuplicateUsersPass", "duplicates"),
+        ("FuseIdenticalInputTransformsPass", "sinks"),
     }:
         assert modified
 
@@ -352,7 +391,8 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(_native, "collect_chains", boom)
     monkeypatch.setattr(_native, "duplicate_user_candidates", boom)
-    for name, cls in OURS.items():
+    for name in NATIVE:
+        cls = OURS[name]
         stats.reset()
         make = _hand_graphs()["chains" if "Canon" in name else "duplicates"]
         a, b = make(), make()
@@ -362,3 +402,66 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
         entry = stats.snapshot()[name]
         assert entry["accelerated"] == 0 and entry["calls"] == 1
         assert sum(entry["fallbacks"].values()) == 1
+
+
+# -- the light export ------------------------------------------------------------------------
+
+
+def _chain_cls() -> Callable[[Any], int]:
+    stock = BaseCanonicalize()
+    return canonicalize.chain_classifier(stock._VIEW_TARGET, stock._permute_targets)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_light_table_matches_full_export_for_the_kernels(seed: int) -> None:
+    from arm_accel.table import export_light
+
+    gm = _edge(RandomNet(seed, 60), torch.randn(4, 4), torch.randn(4, 4))
+    full = export_table(gm, frozenset({"x"}), classifier=_chain_cls())
+    light = export_light(gm, _chain_cls(), frozenset({"x"}))
+    assert light.light and not full.light
+    for col in ("op", "target", "target_class", "in_ptr", "in_idx", "user_ptr", "user_idx"):
+        assert np.array_equal(getattr(full, col), getattr(light, col)), col
+    assert _native.table_counts(light)["nodes"] == len(full)
+    assert np.array_equal(_native.constant_mask(full), _native.constant_mask(light))
+    for a, b in zip(_native.collect_chains(full, 3), _native.collect_chains(light, 3), strict=True):
+        assert np.array_equal(a, b)
+    keys = np.arange(len(light.targets), dtype=np.int64)
+    assert np.array_equal(
+        _native.duplicate_user_candidates(full, keys),
+        _native.duplicate_user_candidates(light, keys),
+    )
+
+
+def test_light_subset_export_is_the_induced_subgraph() -> None:
+    from arm_accel.table import call_nodes_with_targets, export_light, with_users
+
+    gm = _edge(RandomNet(1, 60), torch.randn(4, 4), torch.randn(4, 4))
+    stock = BaseCanonicalize()
+    members = call_nodes_with_targets(gm.graph, stock._targets)
+    assert members == [n for n in gm.graph.nodes if n.target in stock._targets]
+    sub = with_users(members)
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
+    assert sub == sorted(set(sub), key=order.__getitem__)
+    t = export_light(gm, _chain_cls(), nodes=sub)
+    _native.table_counts(t)  # validates
+    index = {n: i for i, n in enumerate(sub)}
+    for i, n in enumerate(sub):
+        users = t.user_idx[t.user_ptr[i] : t.user_ptr[i + 1]].tolist()
+        assert users == [index[u] for u in n.users if u in index]
+        if n in members:
+            assert len(users) == len(n.users)
+    assert call_nodes_with_targets(gm.graph, ["x"]) is None  # strings: caller walks itself
+
+
+def test_fusion_declines_on_string_targets() -> None:
+    stats.reset()
+    ours = fuse_identical_input_transforms.FuseIdenticalInputTransformsPass()
+    ours._targets = {*ours._targets, "no_such_target"}
+    make = _hand_graphs()["sinks"]
+    a, b = make(), make()
+    stock = stock_class("FuseIdenticalInputTransformsPass")()
+    stock._targets = set(ours._targets)
+    assert_graphs_equal(stock.call(a).graph_module, ours.call(b).graph_module)
+    entry = stats.snapshot()["FuseIdenticalInputTransformsPass"]
+    assert entry["accelerated"] == 0 and entry["fallbacks"] == {"string transform target": 1}

@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 from arm_accel import stats
-from arm_accel.passes import canonicalize, fuse_duplicate_users, remove_permutes_around_elementwise
+from arm_accel.passes import (
+    canonicalize,
+    fuse_duplicate_users,
+    fuse_identical_input_transforms,
+    remove_permutes_around_elementwise,
+)
 
 _UP = "executorch.backends.arm.test.passes."
 
@@ -33,6 +38,23 @@ _SWAPS: dict[str, dict[str, type]] = {
             remove_permutes_around_elementwise.RemovePermutesAroundElementwiseTosaOps
         ),
     },
+    # Uses the backends.transforms class (the Arm subclass only adds ArmOpTargetedPass).
+    _UP + "test_fuse_identical_input_transforms_pass": {
+        "FuseIdenticalInputTransformsPass": (
+            fuse_identical_input_transforms.BaseFuseIdenticalInputTransformsPass
+        ),
+    },
+}
+# unittest modules: TestCase classes that use a swapped name (directly or through a module
+# helper) are re-run as subclasses whose methods see our classes. Of the issue-3 passes,
+# test_permute_optimization_passes exercises only RemovePermutesAroundElementwiseOps (the
+# transforms base class); its other test classes cover passes we do not accelerate.
+_UNITTEST_SWAPS: dict[str, dict[str, type]] = {
+    "executorch.backends.transforms.test.test_permute_optimization_passes": {
+        "RemovePermutesAroundElementwiseOps": (
+            remove_permutes_around_elementwise.BaseRemovePermutesAroundElementwiseOps
+        ),
+    },
 }
 # Where the Arm pass manager looks the classes up.
 _MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
@@ -42,8 +64,15 @@ _MANAGER_SWAPS: dict[str, type] = {
     "RemovePermutesAroundElementwiseTosaOps": (
         remove_permutes_around_elementwise.RemovePermutesAroundElementwiseTosaOps
     ),
+    "FuseIdenticalInputTransformsPass": (
+        fuse_identical_input_transforms.FuseIdenticalInputTransformsPass
+    ),
 }
-_OUR_NAMES = tuple(_MANAGER_SWAPS)
+_OUR_NAMES = (
+    *_MANAGER_SWAPS,
+    "transforms.FuseIdenticalInputTransformsPass",
+    "transforms.RemovePermutesAroundElementwiseOps",
+)
 
 
 def _rebind(fn: Callable[..., Any], g: dict[str, Any], suffix: str) -> Callable[..., Any]:
@@ -75,7 +104,60 @@ def _export_tests() -> None:
                 g[name] = _rebind(obj, g, "")
 
 
+def _uses(code: types.CodeType, names: set[str]) -> bool:
+    if names & set(code.co_names):
+        return True
+    return any(isinstance(c, types.CodeType) and _uses(c, names) for c in code.co_consts)
+
+
+def _export_unittest_classes() -> None:
+    import unittest
+
+    for modname, swaps in _UNITTEST_SWAPS.items():
+        mod = importlib.import_module(modname)
+        g = dict(mod.__dict__)
+        g.update(swaps)
+        # Module helpers that use a swapped name, found to a fixed point.
+        users = set(swaps)
+        helpers = {
+            name: obj
+            for name, obj in mod.__dict__.items()
+            if isinstance(obj, types.FunctionType) and obj.__module__ == mod.__name__
+        }
+        changed = True
+        while changed:
+            changed = False
+            for name, fn in helpers.items():
+                if name not in users and _uses(fn.__code__, users):
+                    users.add(name)
+                    changed = True
+        for name, fn in helpers.items():
+            g[name] = _rebind(fn, g, "")
+        short = modname.rsplit(".", 1)[1].removeprefix("test_")
+        for name, obj in list(mod.__dict__.items()):
+            if not (isinstance(obj, type) and issubclass(obj, unittest.TestCase)):
+                continue
+            if obj.__module__ != mod.__name__:
+                continue
+            methods = {
+                k: v
+                for k, v in obj.__dict__.items()
+                if isinstance(v, types.FunctionType) and _uses(v.__code__, users)
+            }
+            if not methods:
+                continue
+            body: dict[str, Any] = {"__module__": __name__}
+            for k, v in obj.__dict__.items():
+                if isinstance(v, types.FunctionType):
+                    fn = _rebind(v, g, "")
+                    fn.__qualname__ = f"{name}__accel_{short}.{k}"
+                    body[k] = fn
+            globals()[f"{name}__accel_{short}"] = type(f"{name}__accel_{short}", (obj,), body)
+        # The original classes must not be collected here again.
+
+
 _export_tests()
+_export_unittest_classes()
 
 
 @pytest.fixture(autouse=True)

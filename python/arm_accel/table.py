@@ -8,6 +8,8 @@ The column names, dtypes and bit values mirror ``rust/table.rs``; keep the two i
 from __future__ import annotations
 
 import enum
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -149,6 +151,8 @@ class NodeTable:
     flags: np.ndarray
     nodes: list[fx.Node] = field(repr=False)
     targets: list[Any] = field(repr=False)
+    #: Built by ``export_light``: rank/shape/dtype/iarg columns are empty, flags hold CONSTANT only.
+    light: bool = False
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -378,3 +382,127 @@ def fx_counts(
 
 def shapes_equal(a: Sequence[int], b: Sequence[int]) -> bool:
     return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
+
+
+# -- light export ----------------------------------------------------------------------------
+#
+# The kernels of issue 3 read only the op kinds, target codes and classes, the input/user CSR and
+# the CONSTANT flag. ``export_light`` builds exactly those, with C-level iteration (``map`` over
+# attribute getters, ``np.fromiter``), no per-node Python function calls and no ``meta`` access:
+# the full ``export_table`` walk costs more than these passes' whole stock runs on CI-sized
+# graphs. The other columns are present (Rust validates every table the same way) but empty:
+# rank and dtype -1, no shape rows, no integer arguments. Kernels fed a light table must not read
+# them; ``NodeTable.light`` says which kind a table is.
+
+_CALL_OPS = frozenset(("call_function", "call_method", "call_module"))
+_get_op = operator.attrgetter("op")
+_get_target = operator.attrgetter("target")
+_get_inputs = operator.attrgetter("_input_nodes")
+_get_users = operator.attrgetter("users")
+
+
+def export_light(
+    graph_module: fx.GraphModule,
+    classifier: Callable[[Any], int],
+    constants: frozenset[str] | None = None,
+    nodes: list[fx.Node] | None = None,
+) -> NodeTable:
+    """The node table's op/target/class/CSR columns (and CONSTANT when ``constants`` is given).
+
+    ``nodes``: export only these nodes (in graph order; by default all of them), as the
+    subgraph they induce: ids are positions in ``nodes``, and only edges between two exported
+    nodes are kept. A kernel that reads the users of node ``i`` sees all of them only if all
+    of them were exported.
+    """
+    subset = nodes is not None
+    if nodes is None:
+        nodes = list(graph_module.graph.nodes)
+    n = len(nodes)
+    index = dict(zip(nodes, range(n), strict=True))
+
+    ops = list(map(_get_op, nodes))
+    op = np.fromiter(map(_OP_CODE.__getitem__, ops), dtype=np.uint8, count=n)
+
+    # Intern targets; call targets get codes and classes, the others -1.
+    is_call = np.fromiter(map(_CALL_OPS.__contains__, ops), dtype=bool, count=n)
+    call_targets = list(itertools.compress(map(_get_target, nodes), is_call))
+    targets: list[Any] = list(dict.fromkeys(call_targets))
+    codes = dict(zip(targets, range(len(targets)), strict=True))
+    classes = [int(classifier(t)) for t in targets]
+    target = np.full(n, -1, dtype=np.int32)
+    target[is_call] = np.fromiter(
+        map(codes.__getitem__, call_targets), dtype=np.int32, count=len(call_targets)
+    )
+
+    ins = list(map(_get_inputs, nodes))
+    outs = list(map(_get_users, nodes))
+    in_ptr = np.zeros(n + 1, dtype=np.int64)
+    user_ptr = np.zeros(n + 1, dtype=np.int64)
+    if subset:
+        get = index.get
+        in_lists = [[j for j in map(get, d) if j is not None] for d in ins]
+        user_lists = [[j for j in map(get, d) if j is not None] for d in outs]
+        np.cumsum(np.fromiter(map(len, in_lists), np.int64, n), out=in_ptr[1:])
+        np.cumsum(np.fromiter(map(len, user_lists), np.int64, n), out=user_ptr[1:])
+        in_idx = np.fromiter(itertools.chain.from_iterable(in_lists), np.int64, int(in_ptr[-1]))
+        user_idx = np.fromiter(
+            itertools.chain.from_iterable(user_lists), np.int64, int(user_ptr[-1])
+        )
+    else:
+        at = index.__getitem__
+        np.cumsum(np.fromiter(map(len, ins), np.int64, n), out=in_ptr[1:])
+        np.cumsum(np.fromiter(map(len, outs), np.int64, n), out=user_ptr[1:])
+        in_idx = np.fromiter(map(at, itertools.chain.from_iterable(ins)), np.int64, int(in_ptr[-1]))
+        user_idx = np.fromiter(
+            map(at, itertools.chain.from_iterable(outs)), np.int64, int(user_ptr[-1])
+        )
+
+    flags = np.zeros(n, dtype=np.uint32)
+    if constants is not None:
+        for i, (o, node) in enumerate(zip(ops, nodes, strict=True)):
+            if o == "get_attr" or (o == "placeholder" and node.name in constants):
+                flags[i] = Flag.CONSTANT
+
+    return NodeTable(
+        op=op,
+        target=target,
+        target_class=np.asarray(classes, dtype=np.uint32),
+        in_ptr=in_ptr,
+        in_idx=in_idx,
+        user_ptr=user_ptr,
+        user_idx=user_idx,
+        rank=np.full(n, -1, dtype=np.int32),
+        shape_ptr=np.zeros(n + 1, dtype=np.int64),
+        shape=np.zeros(0, dtype=np.int64),
+        dtype=np.full(n, -1, dtype=np.int32),
+        iarg_ptr=np.zeros(n + 1, dtype=np.int64),
+        iarg=np.zeros(0, dtype=np.int64),
+        flags=flags,
+        nodes=nodes,
+        targets=targets,
+        light=True,
+    )
+
+
+def call_nodes_with_targets(graph: fx.Graph, targets: Iterable[Any]) -> list[fx.Node] | None:
+    """The ``call_function`` nodes whose target is one of ``targets``, in graph order.
+
+    Uses the graph's own (op, target) index (``Graph.find_nodes``), so it costs O(matches)
+    instead of a walk over every node. Returns None when a target is a string (then other op
+    kinds could match it too, and the caller should walk the graph itself).
+    """
+    found: list[fx.Node] = []
+    for t in targets:
+        if isinstance(t, str):
+            return None
+        found.extend(graph.find_nodes(op="call_function", target=t, sort=False))
+    found.sort()
+    return found
+
+
+def with_users(nodes: Iterable[fx.Node]) -> list[fx.Node]:
+    """``nodes`` plus all their users, deduplicated, in graph order (for ``export_light``)."""
+    out = set(nodes)
+    for users in list(map(_get_users, out)):
+        out.update(users)
+    return sorted(out)

@@ -9,13 +9,16 @@ imports it, and the listed modules only when it activates. See ``passes/base.py`
 
 REGISTRY: dict[str, str] = {}
 
-# Issue 3: chain collection, duplicate-user fusion.
+# Issue 3: chain collection, duplicate-user fusion, permute removal, identical-input fusion.
 REGISTRY["CanonicalizeViewCopyPermutePass"] = (
     "arm_accel.passes.canonicalize:CanonicalizeViewCopyPermutePass"
 )
 REGISTRY["FuseDuplicateUsersPass"] = "arm_accel.passes.fuse_duplicate_users:FuseDuplicateUsersPass"
 REGISTRY["RemovePermutesAroundElementwiseTosaOps"] = (
     "arm_accel.passes.remove_permutes_around_elementwise:RemovePermutesAroundElementwiseTosaOps"
+)
+REGISTRY["FuseIdenticalInputTransformsPass"] = (
+    "arm_accel.passes.fuse_identical_input_transforms:FuseIdenticalInputTransformsPass"
 )
 
 # Issue 4: view/permute propagation with virtual re-traces between scans.

@@ -196,9 +196,10 @@ class GraphJournal:
         if lint:
             self.graph.lint()
         # Erase users before producers: reverse graph order.
-        for node in reversed(list(self.graph.nodes)):
-            if node in doomed:
-                self.graph.erase_node(node)
+        if doomed:
+            for node in reversed(list(self.graph.nodes)):
+                if node in doomed:
+                    self.graph.erase_node(node)
         self.done = True
         self._undo.clear()
         if recompile:

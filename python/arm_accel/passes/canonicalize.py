@@ -24,11 +24,12 @@ from executorch.backends.arm._passes.canonicalize_view_copy_permute_pass import 
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
     CanonicalizeViewCopyPermutePass as __BaseCanonicalize_maybe_swapped,
 )
+from executorch.exir.pass_base import PassResult
 from torch import fx
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
-from arm_accel.table import Cls, export_table
+from arm_accel.table import Cls, call_nodes_with_targets, export_light, with_users
 
 logger = logging.getLogger("arm_accel")
 
@@ -57,8 +58,23 @@ def chain_classifier(view_target: Any, permute_targets: frozenset[Any]) -> Any:
 def collect_chains(
     graph_module: fx.GraphModule, view_target: Any, permute_targets: frozenset[Any]
 ) -> list[list[fx.Node]]:
-    """Stock ``_collect_chains`` result, computed in Rust. Raises :class:`Decline`."""
-    table = export_table(graph_module, classifier=chain_classifier(view_target, permute_targets))
+    """Stock ``_collect_chains`` result, computed in Rust. Raises :class:`Decline`.
+
+    The members come from the graph's (op, target) index; with none there are no chains and
+    no table at all. Otherwise only the members and their users are exported (the subgraph
+    they induce): the chain walk reads nothing else.
+    """
+    targets = {view_target} | set(permute_targets)
+    members = call_nodes_with_targets(graph_module.graph, targets)
+    if members is None:
+        raise Decline("string target among the view/permute targets")
+    if not members:
+        return []
+    table = export_light(
+        graph_module,
+        chain_classifier(view_target, permute_targets),
+        nodes=with_users(members),
+    )
     try:
         ptr, ids = _native.collect_chains(table, _MEMBER)
     except ValueError as exc:
@@ -84,6 +100,8 @@ class AccelCanonicalizeMixin(AcceleratedPass):
         # The stock chain logic edits the graph itself; nothing goes through the journal, and
         # committing it now (without recompiling) keeps the driver from recompiling later.
         journal.commit(recompile=False)
+        if not plan:
+            return PassResult(graph_module, False)  # no chains: stock's loop has nothing to do
         self._accel_chains = plan
         try:
             result = self.stock_call(graph_module)

@@ -20,6 +20,8 @@ and the graph equals stock's. The grouping and signatures are stock's own method
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 from collections import deque
 from collections.abc import Hashable
@@ -37,7 +39,7 @@ from torch import fx
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
-from arm_accel.table import export_table
+from arm_accel.table import _get_users, export_light, with_users
 
 logger = logging.getLogger("arm_accel")
 
@@ -56,8 +58,14 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
     _recompile_before_retrace = False
 
-    def accel_plan(self, graph_module: fx.GraphModule) -> tuple[list[fx.Node], np.ndarray]:
-        table = export_table(graph_module, classifier=_no_class)
+    def accel_plan(self, graph_module: fx.GraphModule) -> list[fx.Node]:
+        """The screened producers, in graph order (empty: stock's run fuses nothing)."""
+        nodes = list(graph_module.graph.nodes)
+        # A visit with fewer than two users is a no-op: only these producers can fuse.
+        multi = list(itertools.compress(nodes, map((2).__le__, map(len, map(_get_users, nodes)))))
+        if not multi:
+            return []
+        table = export_light(graph_module, _no_class, nodes=with_users(multi))
         interned: dict[Hashable, int] = {}
         keys = np.empty(len(table.targets), dtype=np.int64)
         for code, target in enumerate(table.targets):
@@ -73,41 +81,38 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
             candidates = _native.duplicate_user_candidates(table, keys)
         except ValueError as exc:
             raise Decline(f"duplicate_user_candidates: {exc}") from exc
-        screened = np.zeros(len(table.nodes), dtype=bool)
-        screened[candidates] = True
-        return table.nodes, screened
+        sub = table.nodes
+        return [sub[i] for i in candidates.tolist()]
 
     def accel_apply(
-        self,
-        graph_module: fx.GraphModule,
-        plan: tuple[list[fx.Node], np.ndarray],
-        journal: GraphJournal,
+        self, graph_module: fx.GraphModule, plan: list[fx.Node], journal: GraphJournal
     ) -> Any:
         # Edits go straight through fx, in stock's order; nothing to journal.
         journal.commit(recompile=False)
-        nodes, screened_arr = plan
-        screened = screened_arr.tolist()
+        if not plan:
+            return PassResult(graph_module, False)
         graph = graph_module.graph
         modified = False
 
-        node_order = {node: index for index, node in enumerate(nodes)}
+        node_order = {node: index for index, node in enumerate(graph.nodes)}
         version: dict[fx.Node, int] = {}  # bumped when a node's visit could change
         noop_at: dict[fx.Node, int] = {}  # version at the end of a visit that fused nothing
-        gained: set[fx.Node] = set()  # became a representative: may have new users
         revisits: deque[fx.Node] = deque()
+        # Stock's initial sweep visits every node in graph order; only the screened ones and
+        # those that become a representative later in the sweep (the only way to gain users)
+        # can fuse. ``sweep`` holds their positions; ``pending`` what is in it.
+        pending = {node_order[p]: p for p in plan}
+        sweep = list(pending)
+        heapq.heapify(sweep)
+        position = -1
 
         def bump(n: fx.Node) -> None:
             version[n] = version.get(n, 0) + 1
 
-        n_initial = len(nodes)
-        i = 0
         while True:
-            if i < n_initial:
-                producer = nodes[i]
-                if not screened[i] and producer not in gained:
-                    i += 1
-                    continue  # users only shrank since export: stock's visit is a no-op
-                i += 1
+            if sweep:
+                position = heapq.heappop(sweep)
+                producer = pending.pop(position)
             elif revisits:
                 producer = revisits.popleft()
                 if noop_at.get(producer, -1) == version.get(producer, 0):
@@ -145,7 +150,11 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                     bump(representative)
                     user.replace_all_uses_with(representative)
                     graph.erase_node(user)
-                    gained.add(representative)
+                    rep_pos = node_order[representative]
+                    if rep_pos > position and rep_pos not in pending:
+                        # Not yet reached by the initial sweep, which now visits it.
+                        pending[rep_pos] = representative
+                        heapq.heappush(sweep, rep_pos)
                     modified = True
                     fused_here = True
 

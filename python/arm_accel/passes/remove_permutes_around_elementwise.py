@@ -8,11 +8,16 @@ and every rewrite are stock's code; the difference is the end: stock calls
 ``GraphModule.recompile()`` before its re-trace, which the re-trace does not need, so this
 class hands off to the one ``ExportPass`` re-trace directly (none when nothing changed).
 
-Declines (stock runs): no exported program (stock would fail on it too).
+No permute node (found through the graph's (op, target) index): nothing to do, no table.
+Otherwise the scan visits the permute nodes only, and the constant table covers only the
+placeholders and get_attr nodes (the only nodes the CONSTANT flag can mark).
+
+Declines (stock runs): no exported program for the Arm class (stock would fail on it too).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -20,17 +25,17 @@ from executorch.backends.arm._passes.remove_permutes_around_elementwise_tosa_ops
     RemovePermutesAroundElementwiseTosaOps as _ArmRemoveImported,
 )
 from executorch.backends.transforms.remove_permutes_around_elementwise_ops import (
-    RemovePermutesAroundElementwiseOps as _BaseRemoveImported,
+    PERMUTE_COPY_TARGETS,
 )
 from executorch.backends.transforms.remove_permutes_around_elementwise_ops import (
-    is_permute_copy,
+    RemovePermutesAroundElementwiseOps as _BaseRemoveImported,
 )
 from executorch.exir.pass_base import PassResult
 from torch import fx
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
-from arm_accel.table import constant_names, export_table
+from arm_accel.table import call_nodes_with_targets, constant_names, export_light
 
 logger = logging.getLogger("arm_accel")
 
@@ -47,31 +52,55 @@ class AccelRemovePermutesMixin(AcceleratedPass):
 
     _accel_constants: set[fx.Node] | None = None
 
-    def accel_plan(self, graph_module: fx.GraphModule) -> tuple[set[fx.Node], frozenset[str]]:
+    def accel_plan(
+        self, graph_module: fx.GraphModule
+    ) -> tuple[list[fx.Node], set[fx.Node] | None, frozenset[str] | None]:
+        """The permute nodes, the constant set and names (None for the transforms base class,
+        whose ``_is_constant`` reads no signature). With no permute node stock's scan finds
+        nothing: no constant set then."""
+        arm = isinstance(self, _ArmRemove)
         ep = getattr(self, "exported_program", None)
-        if ep is None:
+        if arm and ep is None:
             raise Decline("no exported program")
+        graph = graph_module.graph
+        permutes = call_nodes_with_targets(graph, PERMUTE_COPY_TARGETS)
+        if permutes is None:
+            raise Decline("string permute target")
+        if not arm:
+            return permutes, None, None
         names = constant_names(ep)
-        table = export_table(graph_module, names, classifier=_no_class)
+        if not permutes:
+            return permutes, None, names
+        # Constants are placeholders and get_attr nodes only: export just those.
+        leaves = sorted(
+            [
+                *graph.find_nodes(op="placeholder", sort=False),
+                *graph.find_nodes(op="get_attr", sort=False),
+            ]
+        )
+        table = export_light(graph_module, _no_class, names, nodes=leaves)
         try:
             mask = _native.constant_mask(table)
         except ValueError as exc:
             raise Decline(f"constant_mask: {exc}") from exc
-        consts = {n for n, m in zip(table.nodes, mask.tolist(), strict=True) if m}
-        return consts, names
+        consts = set(itertools.compress(table.nodes, mask.tolist()))
+        return permutes, consts, names
 
     def accel_apply(
         self,
         graph_module: fx.GraphModule,
-        plan: tuple[set[fx.Node], frozenset[str]],
+        plan: tuple[list[fx.Node], set[fx.Node] | None, frozenset[str] | None],
         journal: GraphJournal,
     ) -> Any:
         journal.commit(recompile=False)
-        consts, names = plan
-        self._constant_input_names = set(names)  # what the Arm ``call`` sets up
+        permutes, consts, names = plan
+        if names is not None:
+            self._constant_input_names = set(names)  # what the Arm ``call`` sets up
+        if not permutes:
+            return PassResult(graph_module, False)
         self._accel_constants = consts
         try:
-            return self._accel_call(graph_module)
+            return self._accel_call(graph_module, permutes)
         finally:
             self._accel_constants = None
 
@@ -82,15 +111,14 @@ class AccelRemovePermutesMixin(AcceleratedPass):
         # Bitset: get_attr + signature constants; then the base class's own rules.
         return node in consts or _BaseRemove._is_constant(self, node)  # type: ignore[arg-type]
 
-    def _accel_call(self, graph_module: fx.GraphModule) -> PassResult:
-        """Stock ``RemovePermutesAroundElementwiseOps.call`` without the recompile."""
+    def _accel_call(self, graph_module: fx.GraphModule, permutes: list[fx.Node]) -> PassResult:
+        """Stock ``RemovePermutesAroundElementwiseOps.call`` without the recompile, its scan
+        over the permute nodes only (the walks do not edit the graph)."""
         self._sq_unsq_cache.clear()
         self._interleave_cache.clear()
         subgraphs_found: list[Any] = []
         processed_nodes: set[fx.Node] = set()
-        for node in graph_module.graph.nodes:
-            if not is_permute_copy(node):
-                continue
+        for node in permutes:
             start_permute = self.get_permutation(node)
             if start_permute is None:
                 continue
@@ -118,3 +146,10 @@ class AccelRemovePermutesMixin(AcceleratedPass):
 
 class RemovePermutesAroundElementwiseTosaOps(AccelRemovePermutesMixin, _ArmRemove):
     """Arm/TOSA configuration, accelerated."""
+
+
+class BaseRemovePermutesAroundElementwiseOps(AccelRemovePermutesMixin, _BaseRemove):
+    """``backends.transforms`` configuration: the permute-only scan and no recompile (its
+    ``_is_constant`` is stock's name rules, already O(1) per node)."""
+
+    accel_name = "transforms.RemovePermutesAroundElementwiseOps"
