@@ -105,6 +105,130 @@ def test_keepdim_false_reduction_raises_like_stock() -> None:
     assert "keep_dim=True" in messages[0]
 
 
+class _DuplicateUsers(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x.permute(0, 2, 1)
+        return y.relu(), y.relu()
+
+
+def test_fusion_virtual_retrace_equals_export_pass_retrace() -> None:
+    """A fusion ends with a bare ``ExportPass.call``: no DCE (dead nodes are re-created),
+    every value recomputed, users in graph order. The virtual one must give the same graph."""
+    from arm_accel.retrace import VirtualRetracer
+    from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    neg = exir_ops.edge.aten.neg.default
+
+    def build():  # type: ignore[no-untyped-def]
+        gm = _edge_graph(_DuplicateUsers(), (torch.randn(2, 3, 4),))
+        graph = gm.graph
+        x = next(n for n in graph.nodes if n.op == "placeholder")
+        out = next(n for n in graph.nodes if n.op == "output")
+        with graph.inserting_before(out):
+            dead = graph.call_function(neg, (x,))
+        dead.meta["val"] = x.meta["val"]
+        gm.recompile()
+        return gm
+
+    real = FuseDuplicateUsersPass().call(build())
+    assert real.modified
+    virtual_gm = build()
+    fusion = propagate._virtualized(FuseDuplicateUsersPass)()
+    assert isinstance(fusion, propagate._VirtualRetraceBase)
+    fusion._arm_accel_tracker = VirtualRetracer(virtual_gm)
+    virtual = fusion.call(virtual_gm)
+    assert virtual.modified and virtual.graph_module is virtual_gm
+    assert any(n.target == neg for n in virtual_gm.graph.nodes), "dead node must survive"
+    assert_graphs_equal(real.graph_module, virtual_gm)
+
+    def users(gm):  # type: ignore[no-untyped-def]
+        index = {n: i for i, n in enumerate(gm.graph.nodes)}
+        return [[index[u] for u in n.users] for n in gm.graph.nodes]
+
+    assert users(real.graph_module) == users(virtual_gm)
+
+
+_SLICE_PERMUTE_SHAPES = ((1, 4, 3, 3), (1, 2, 3, 3), (1, 3, 3, 2))
+
+
+def _slice_permute_graph() -> torch.fx.GraphModule:
+    """The graph of upstream ``test_up_pass_fuses_duplicate_permutes_at_placeholder`` (real
+    tensors as values: the pass declines and stock runs, with our fusion hooks)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    permute, slice_ = exir_ops.edge.aten.permute_copy.default, exir_ops.edge.aten.slice_copy.Tensor
+    src, half, perm = _SLICE_PERMUTE_SHAPES
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(src)
+    outs = []
+    for start in (0, 2):
+        s = graph.call_function(slice_, args=(x, 1, start, start + 2))
+        s.meta["val"] = torch.empty(half)
+        p = graph.call_function(permute, args=(s, [0, 2, 3, 1]))
+        p.meta["val"] = torch.empty(perm)
+        outs.append(p)
+    graph.output(tuple(outs))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_fusion_choice_survives_replaced_generic_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root cause of the two upstream failures of issue 4: the horizontal fusion was picked by
+    ``isinstance(self, _generic.PropagateViewCopyPermuteUpPass)``, which the upstream-test
+    plugin replaces by a subclass, so the Arm Up pass ran the Down pass's fusion."""
+    import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
+    from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
+
+    monkeypatch.setattr(
+        generic,
+        "PropagateViewCopyPermuteUpPass",
+        propagate.accelerate(generic.PropagateViewCopyPermuteUpPass),
+    )
+    stock = activation.stock_class("PropagateViewCopyPermuteUpPass")
+    assert stock is arm_mod.PropagateViewCopyPermuteUpPass or issubclass(
+        arm_mod.PropagateViewCopyPermuteUpPass, stock
+    )
+    with switch.disabled():
+        ra = stock().call(_slice_permute_graph())
+    rb = propagate.PropagateViewCopyPermuteUpPass().call(_slice_permute_graph())
+    assert ra.modified == rb.modified
+    assert_graphs_equal(ra.graph_module, rb.graph_module)
+
+
+class _PermuteRelu(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x.relu().permute(0, 2, 1).neg(), y.abs()
+
+
+def test_stale_input_values_make_the_first_retrace_real() -> None:
+    """A real re-trace refreshes every value, an incremental one only what is downstream of
+    an edit: with a stale value in the input, the first re-trace must be real."""
+    from arm_accel import stats
+    from arm_accel.retrace import VirtualRetracer
+    from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
+
+    def build():  # type: ignore[no-untyped-def]
+        gm = _edge_graph(_PermuteRelu(), (torch.randn(2, 3, 4), torch.randn(5, 6)))
+        node = next(n for n in gm.graph.nodes if "abs" in str(n.target))
+        node.meta["val"] = node.meta["val"].new_empty((6, 5))  # stale: not what abs gives
+        return gm
+
+    assert [n.name for n in VirtualRetracer(build()).stale_nodes()] != []
+    spec = TosaSpecification.create_from_string("TOSA-1.0+FP")
+    before = stats.snapshot().get("PropagateViewCopyPermuteUpPass", {}).get("fallbacks", {})
+    with TosaLoweringContext(spec):
+        with switch.disabled():
+            ra = arm_mod.PropagateViewCopyPermuteUpPass().call(build())
+        rb = propagate.PropagateViewCopyPermuteUpPass().call(build())
+    assert ra.modified == rb.modified
+    assert_graphs_equal(ra.graph_module, rb.graph_module)
+    after = stats.snapshot()["PropagateViewCopyPermuteUpPass"]["fallbacks"]
+    key = "first re-trace real: stale values in the input"
+    assert after.get(key, 0) > before.get(key, 0)
+
+
 UPSTREAM_MODULES = (
     "arm/test/passes/test_propagate_permutes_views_pass.py",
     "arm/test/passes/test_rank_match_after_propagation.py",

@@ -125,6 +125,7 @@ class VirtualRetracer:
         self.graph_module = graph_module
         self.fake_mode = self._find_fake_mode(graph_module)
         self._special = _ops_without_quantized_fake_kernel()
+        self._arm_pass = True
         self.snapshot()
 
     @staticmethod
@@ -169,7 +170,11 @@ class VirtualRetracer:
             target, (EdgeOpOverload, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
         ):
             raise VirtualRetraceUnsupported(f"edited node with target {target}")
-        if target in self._special and len(node.meta.get("input_qparams", {})) > 0:
+        if (
+            self._arm_pass
+            and target in self._special
+            and len(node.meta.get("input_qparams", {})) > 0
+        ):
             # ArmPass.call_operator: no quantized fake kernel; keeps the old val's shape.
             old_val = node.meta["val"]
             output_qparams = node.meta.get("output_qparams", {})
@@ -181,14 +186,55 @@ class VirtualRetracer:
             return torch.empty_like(old_val, dtype=dtype)
         return target(*args, **kwargs)
 
-    def apply(self) -> int:
-        """DCE, lint, refresh vals of edited nodes and downstream, order users. Returns the
-        number of recomputed nodes."""
+    def stale_nodes(self) -> list[fx.Node]:
+        """Nodes whose ``meta["val"]`` a re-trace would change, given their inputs' values
+        (quantized ops without a fake kernel excepted: ``apply`` always recomputes those).
+
+        A real re-trace fixes every stale value; an incremental one only those downstream of
+        an edit. So this must be empty before incremental re-traces can stand in for real ones.
+        Raises ``VirtualRetraceUnsupported`` for what it cannot compute."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        stale = []
+        fake_mode = self.fake_mode
+        prev_allow = fake_mode.allow_non_fake_inputs
+        fake_mode.allow_non_fake_inputs = True
+        try:
+            with fake_mode, enable_python_dispatcher():
+                for node in self.graph_module.graph.nodes:
+                    if node.op != "call_function" or node.target in self._special:
+                        continue
+                    try:
+                        new_val = self._compute_val(node)
+                    except VirtualRetraceUnsupported:
+                        raise
+                    except Exception as exc:
+                        raise VirtualRetraceUnsupported(
+                            f"fake run of {node.target} failed: {type(exc).__name__}"
+                        ) from exc
+                    if not _same_tensor_meta(node.meta.get("val"), new_val):
+                        stale.append(node)
+        finally:
+            fake_mode.allow_non_fake_inputs = prev_allow
+        return stale
+
+    def apply(self, *, prologue: bool = True, arm_pass: bool = True) -> int:
+        """Refresh vals of edited nodes and downstream, order users. Returns the number of
+        recomputed nodes.
+
+        ``prologue``: DCE and lint first, as the propagation pass's ``_retrace`` does. A bare
+        ``ExportPass.call`` (the closing re-trace of a fusion) does neither: it re-creates dead
+        nodes too, and so must we keep them (they are users later decisions count).
+        ``arm_pass``: the re-tracing pass is an ``ArmPass`` (its ``call_operator`` keeps the old
+        shape for quantized ops without a fake kernel); a plain ``ExportPass`` fake-runs them.
+        """
         from torch._dispatch.python import enable_python_dispatcher
 
         graph = self.graph_module.graph
-        graph.eliminate_dead_code()
-        graph.lint()
+        if prologue:
+            graph.eliminate_dead_code()
+            graph.lint()
+        self._arm_pass = arm_pass
         seen = self._seen
         changed: set[fx.Node] = set()
         recomputed = 0
@@ -212,10 +258,25 @@ class VirtualRetracer:
                         or old[1] is not node.kwargs
                         or old[2] is not node.meta.get("val")
                     )
-                    if not edited and not any(i in changed for i in node._input_nodes):
+                    # Quantized ops without a fake kernel get their val from ``ArmPass`` and
+                    # from ``ExportPass`` by different rules: always recompute them.
+                    special = node.target in self._special
+                    if (
+                        not edited
+                        and not special
+                        and not any(i in changed for i in node._input_nodes)
+                    ):
                         continue
                     old_val = node.meta.get("val")
-                    new_val = self._compute_val(node)
+                    try:
+                        new_val = self._compute_val(node)
+                    except VirtualRetraceUnsupported:
+                        raise
+                    except Exception as exc:
+                        # The real re-trace raises too, or knows better: let it run.
+                        raise VirtualRetraceUnsupported(
+                            f"fake run of {node.target} failed: {type(exc).__name__}"
+                        ) from exc
                     recomputed += 1
                     if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
                         raise VirtualRetraceUnsupported("non-fake tensor result")
