@@ -121,7 +121,10 @@ def has_symbolic_shapes(graph_module: fx.GraphModule) -> bool:
 class VirtualRetracer:
     """Tracks edits between two points and replays what a re-trace would change."""
 
-    def __init__(self, graph_module: fx.GraphModule) -> None:
+    def __init__(self, graph_module: fx.GraphModule, *, full: bool = False) -> None:
+        #: Recompute every value, as a real re-trace does (needed once per pass call: the input
+        #: may hold stale values, which a real re-trace would refresh and later decisions read).
+        self.full = full
         self.graph_module = graph_module
         self.fake_mode = self._find_fake_mode(graph_module)
         self._special = _ops_without_quantized_fake_kernel()
@@ -253,7 +256,8 @@ class VirtualRetracer:
                         continue
                     old = seen.get(node)
                     edited = (
-                        old is None
+                        self.full
+                        or old is None
                         or old[0] is not node.args
                         or old[1] is not node.kwargs
                         or old[2] is not node.meta.get("val")

@@ -99,12 +99,11 @@ class _AcceleratedPropagation:
         # Only on the accelerated path: a stock run (decline, switch off) keeps real re-traces.
         active = getattr(self, "_arm_accel_active", False)
         exact = getattr(self, "_arm_accel_exact", False)
-        virtual = active and exact and ELIDE_FUSION_RETRACES
         if isinstance(fusion, _VirtualRetraceBase):
             fusion._arm_accel_tracker = None
-            if virtual:
+            if active and ELIDE_FUSION_RETRACES:
                 try:
-                    fusion._arm_accel_tracker = VirtualRetracer(graph_module)
+                    fusion._arm_accel_tracker = VirtualRetracer(graph_module, full=not exact)
                     fusion._arm_accel_owner = self._stock_name
                 except VirtualRetraceUnsupported:
                     pass
@@ -177,7 +176,8 @@ class _AcceleratedPropagation:
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
                 self._arm_accel_active = True
-                self._arm_accel_exact = self._input_values_exact(graph_module)
+                # No re-trace yet: the first one, real or virtual, recomputes every value.
+                self._arm_accel_exact = False
                 try:
                     result = self._accelerated_call(graph_module)
                 finally:
@@ -235,26 +235,10 @@ class _AcceleratedPropagation:
 
         return PassResult(graph_module, modified)
 
-    def _input_values_exact(self, graph_module: fx.GraphModule) -> bool:
-        """Whether every ``meta["val"]`` of the input is what a re-trace computes. Incremental
-        re-traces only refresh what is downstream of an edit; a real one refreshes everything.
-        If the input holds stale values, the first re-trace is a real one (as stock's is)."""
-        try:
-            stale = VirtualRetracer(graph_module).stale_nodes()
-        except VirtualRetraceUnsupported as exc:
-            stale_reason = str(exc)
-        else:
-            if not stale:
-                return True
-            logger.info("%s: stale input values, e.g. %s", self._stock_name, stale[0].name)
-            stale_reason = "stale values in the input"
-        stats.record_fallback(self._stock_name, f"first re-trace real: {stale_reason}")
-        return False
-
     def _virtual_retrace(self, tracker: VirtualRetracer) -> fx.GraphModule:
         if not getattr(self, "_arm_accel_exact", True):
-            self._arm_accel_exact = True
-            return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
+            tracker.full = True  # the first re-trace of this call refreshes every value
+        self._arm_accel_exact = True
         try:
             tracker.apply()
             return tracker.graph_module
