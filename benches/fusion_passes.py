@@ -83,7 +83,8 @@ NESTED: dict[str, tuple[str, str, type]] = {
 
 @contextlib.contextmanager
 def _capture_nested() -> Iterator[list[capture.Captured]]:
-    """Record the inputs of calls made on exactly the transforms base classes (not subclasses)."""
+    """Record the inputs of calls made on the transforms base classes themselves (not the Arm
+    subclasses, which ``capture.capture`` records)."""
     records: list[capture.Captured] = []
     undo = []
     for key, (modname, clsname, _ours) in NESTED.items():
@@ -91,7 +92,11 @@ def _capture_nested() -> Iterator[list[capture.Captured]]:
         original = base.__dict__["call"]
 
         def call(self: Any, gm: Any, _base: type = base, _orig: Any = original, _k: str = key):
-            if type(self).__name__ == _base.__name__ and type(self).__module__ == _base.__module__:
+            kind = type(self)
+            # The base class itself, or the propagation passes' Virtual<name> variant of it.
+            if kind is _base or (
+                kind.__name__ == f"Virtual{_base.__name__}" and _base in kind.__bases__
+            ):
                 records.append(capture.Captured(_k, len(records), copy.deepcopy(gm), self))
             return _orig(self, gm)
 

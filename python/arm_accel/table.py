@@ -401,6 +401,23 @@ _get_inputs = operator.attrgetter("_input_nodes")
 _get_users = operator.attrgetter("users")
 
 
+def _subset_csr(
+    lists: list[Any], index: dict[fx.Node, int], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cumulative counts, flat ids) of the edges in ``lists`` whose endpoint is in ``index``."""
+    counts = np.fromiter(map(len, lists), np.int64, n)
+    total = int(counts.sum())
+    flat = np.fromiter(
+        map(index.get, itertools.chain.from_iterable(lists), itertools.repeat(-1)),
+        np.int64,
+        total,
+    )
+    keep = flat >= 0
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    kept = np.bincount(owner[keep], minlength=n).astype(np.int64)
+    return np.cumsum(kept), flat[keep]
+
+
 def export_light(
     graph_module: fx.GraphModule,
     classifier: Callable[[Any], int],
@@ -439,15 +456,9 @@ def export_light(
     in_ptr = np.zeros(n + 1, dtype=np.int64)
     user_ptr = np.zeros(n + 1, dtype=np.int64)
     if subset:
-        get = index.get
-        in_lists = [[j for j in map(get, d) if j is not None] for d in ins]
-        user_lists = [[j for j in map(get, d) if j is not None] for d in outs]
-        np.cumsum(np.fromiter(map(len, in_lists), np.int64, n), out=in_ptr[1:])
-        np.cumsum(np.fromiter(map(len, user_lists), np.int64, n), out=user_ptr[1:])
-        in_idx = np.fromiter(itertools.chain.from_iterable(in_lists), np.int64, int(in_ptr[-1]))
-        user_idx = np.fromiter(
-            itertools.chain.from_iterable(user_lists), np.int64, int(user_ptr[-1])
-        )
+        # Map every edge endpoint to its id, -1 outside the subset (C-level), then drop those.
+        in_ptr[1:], in_idx = _subset_csr(ins, index, n)
+        user_ptr[1:], user_idx = _subset_csr(outs, index, n)
     else:
         at = index.__getitem__
         np.cumsum(np.fromiter(map(len, ins), np.int64, n), out=in_ptr[1:])

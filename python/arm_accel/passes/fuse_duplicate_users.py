@@ -36,6 +36,7 @@ from executorch.backends.transforms.fuse_duplicate_users_pass import (
 )
 from executorch.exir.pass_base import PassResult
 from torch import fx
+from torch.fx.node import map_arg
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
@@ -105,6 +106,9 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         sweep = list(pending)
         heapq.heapify(sweep)
         position = -1
+        sweeping = True  # stock's initial queue is not exhausted yet
+
+        group_users, signature_of = self._accel_grouping()
 
         def bump(n: fx.Node) -> None:
             version[n] = version.get(n, 0) + 1
@@ -114,6 +118,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 position = heapq.heappop(sweep)
                 producer = pending.pop(position)
             elif revisits:
+                sweeping = False
                 producer = revisits.popleft()
                 if noop_at.get(producer, -1) == version.get(producer, 0):
                     continue  # unchanged since a visit that fused nothing
@@ -127,12 +132,12 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 noop_at[producer] = version.get(producer, 0)
                 continue
 
-            candidate_groups = self._get_candidate_groups(node_order, user_nodes)
+            candidate_groups = group_users(node_order, user_nodes)
             fused_here = False
             signature_to_user: dict[tuple[Hashable, ...], fx.Node] = {}
             for group in candidate_groups:
                 for user in group:
-                    signature = self._build_user_signature(user)
+                    signature = signature_of(user)
                     if signature is None:
                         continue
                     representative = signature_to_user.get(signature)
@@ -151,7 +156,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                     user.replace_all_uses_with(representative)
                     graph.erase_node(user)
                     rep_pos = node_order[representative]
-                    if rep_pos > position and rep_pos not in pending:
+                    if sweeping and rep_pos > position and rep_pos not in pending:
                         # Not yet reached by the initial sweep, which now visits it.
                         pending[rep_pos] = representative
                         heapq.heappush(sweep, rep_pos)
@@ -168,6 +173,58 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
             graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
             self.note_retrace()
         return PassResult(graph_module, modified)
+
+    def _accel_grouping(self) -> tuple[Any, Any]:
+        """Stock ``_get_candidate_groups`` and ``_build_user_signature``, with the target key
+        (``str(target)`` for op overloads, formatted on every call in stock) computed once per
+        target and call. Stock's own methods when a subclass overrides any of them."""
+        cls = type(self)
+        if any(
+            getattr(cls, m) is not getattr(_BaseFuse, m)
+            for m in ("_get_candidate_groups", "_build_user_signature", "_get_target_key")
+        ):
+            return self._get_candidate_groups, self._build_user_signature
+
+        keys: dict[Any, Hashable] = {}
+        excluded = self._excluded_targets
+        get_target_key = self._get_target_key
+
+        def key_of(target: Any) -> Hashable:
+            key = keys.get(target, keys)
+            if key is keys:
+                key = keys[target] = get_target_key(target)
+            return key
+
+        def group_users(
+            node_order: dict[fx.Node, int], user_nodes: list[fx.Node]
+        ) -> list[list[fx.Node]]:
+            users_by_target: dict[tuple[str, Hashable], list[fx.Node]] = {}
+            for user in user_nodes:
+                if user.graph is None or user.op != "call_function":
+                    continue
+                if user.target in excluded:
+                    continue
+                users_by_target.setdefault((user.op, key_of(user.target)), []).append(user)
+            return [
+                sorted(group, key=node_order.__getitem__)
+                for group in users_by_target.values()
+                if len(group) > 1
+            ]
+
+        to_hashable = self._to_hashable
+        leaf = self._map_leaf_to_key
+
+        def signature_of(node: fx.Node) -> tuple[Hashable, ...] | None:
+            try:
+                normalized_args = to_hashable(map_arg(node.args, leaf))
+                normalized_kwargs = to_hashable(
+                    {k: map_arg(v, leaf) for k, v in node.kwargs.items()}
+                )
+            except TypeError:
+                return None
+            return (node.op, key_of(node.target), normalized_args, normalized_kwargs)
+
+        return group_users, signature_of
 
 
 class FuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _ArmFuse):
