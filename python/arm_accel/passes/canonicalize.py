@@ -55,6 +55,35 @@ def chain_classifier(view_target: Any, permute_targets: frozenset[Any]) -> Any:
     return classify
 
 
+#: Below this many chain members the walk runs in Python (same O(M) algorithm as the Rust
+#: kernel): exporting even the members' induced subgraph costs more than walking them, and
+#: stock's quadratic ``pop(0)``/``remove`` is still negligible there.
+NATIVE_MIN_MEMBERS = 512
+
+
+def _chains_small(members: list[fx.Node], targets: set[Any]) -> list[list[fx.Node]]:
+    """``_native.collect_chains`` in Python, for few members. Raises :class:`Decline`."""
+    taken: set[fx.Node] = set()
+    chains: list[list[fx.Node]] = []
+    for node in members:
+        if node in taken:
+            continue
+        taken.add(node)
+        chain = [node]
+        current = node
+        while len(current.users) == 1:
+            user = next(iter(current.users))
+            if user.target not in targets:
+                break
+            if user in taken:
+                raise Decline("collect_chains: a node would join two view/permute chains")
+            taken.add(user)
+            chain.append(user)
+            current = user
+        chains.append(chain)
+    return chains
+
+
 def collect_chains(
     graph_module: fx.GraphModule, view_target: Any, permute_targets: frozenset[Any]
 ) -> list[list[fx.Node]]:
@@ -70,6 +99,8 @@ def collect_chains(
         raise Decline("string target among the view/permute targets")
     if not members:
         return []
+    if len(members) < NATIVE_MIN_MEMBERS:
+        return _chains_small(members, targets)
     table = export_light(
         graph_module,
         chain_classifier(view_target, permute_targets),
