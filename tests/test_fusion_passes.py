@@ -288,6 +288,9 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
     records = [r for r in captured if r.pass_name == name]
     if not records and name == "RemovePermutesAroundElementwiseTosaOps":
         pytest.skip("only called nested (inside propagation); see the nested capture test")
+    if not records and name == "FuseIdenticalInputTransformsPass":
+        # ArmOpTargetedPass.__call__ skips ``call`` when the graph holds no target op.
+        pytest.skip("no add/sub/mul/.../cat/where in this graph: the pass manager skipped it")
     assert records, f"the lowering never ran {name}"
     # Canonicalize: the Python walk (few members) and the Rust kernel, both.
     native_mins = [canonicalize.NATIVE_MIN_MEMBERS]
