@@ -68,7 +68,11 @@ def _lower(name: str, ours: bool) -> list[bytes]:
             setattr(apm, n, cls)
 
 
-@pytest.mark.parametrize("name", ["llama1", "llama2"])
+# llama2 doubles the lowering cost; CI runs llama1, the long run (ARM_ACCEL_UPSTREAM=1) both.
+TOSA_MODELS = ["llama1", "llama2"] if os.environ.get("ARM_ACCEL_UPSTREAM") == "1" else ["llama1"]
+
+
+@pytest.mark.parametrize("name", TOSA_MODELS)
 def test_tosa_bytes_identical(name: str) -> None:
     stock_bytes = _lower(name, ours=False)
     ours = _lower(name, ours=True)
