@@ -154,6 +154,18 @@ class VirtualRetracer:
         self.fake_mode = self._find_fake_mode(graph_module)
         self.snapshot()
 
+    def _fake_val(self, node: Any) -> Any:
+        """``_compute_val``, with any fake-run error turned into a decline (the real re-trace
+        raises too, or knows better: let it run)."""
+        try:
+            return self._compute_val(node)
+        except VirtualRetraceUnsupported:
+            raise
+        except Exception as exc:
+            raise VirtualRetraceUnsupported(
+                f"fake run of {node.target} failed: {type(exc).__name__}"
+            ) from exc
+
     def _compute_val(self, node: fx.Node) -> Any:
         target = node.target
         if node.op != "call_function":
@@ -207,14 +219,7 @@ class VirtualRetracer:
                 for node in self.graph_module.graph.nodes:
                     if node.op != "call_function" or node.target in self._special:
                         continue
-                    try:
-                        new_val = self._compute_val(node)
-                    except VirtualRetraceUnsupported:
-                        raise
-                    except Exception as exc:
-                        raise VirtualRetraceUnsupported(
-                            f"fake run of {node.target} failed: {type(exc).__name__}"
-                        ) from exc
+                    new_val = self._fake_val(node)
                     if not _same_tensor_meta(node.meta.get("val"), new_val):
                         stale.append(node)
         finally:
@@ -272,15 +277,7 @@ class VirtualRetracer:
                     ):
                         continue
                     old_val = node.meta.get("val")
-                    try:
-                        new_val = self._compute_val(node)
-                    except VirtualRetraceUnsupported:
-                        raise
-                    except Exception as exc:
-                        # The real re-trace raises too, or knows better: let it run.
-                        raise VirtualRetraceUnsupported(
-                            f"fake run of {node.target} failed: {type(exc).__name__}"
-                        ) from exc
+                    new_val = self._fake_val(node)
                     recomputed += 1
                     if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
                         raise VirtualRetraceUnsupported("non-fake tensor result")
