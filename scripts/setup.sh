@@ -29,6 +29,8 @@ import maturin, pytest, hypothesis, matplotlib  # noqa: F401
 import shutil; assert shutil.which("ruff") or True
 PY
 "$VENV/bin/python" -m ruff --version >/dev/null 2>&1 || "$VENV/bin/pip" install -q ruff
+# Vela compiles for Ethos-U: the upstream Arm suite's Ethos-U tests need it (issue 5).
+"$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null || "$VENV/bin/pip" install -q "ethos-u-vela==5.2.0"
 
 # Build the extension in release mode and install the package editable into the venv.
 # maturin's binary must live in the venv (a base-interpreter copy is not found from here).
