@@ -18,14 +18,13 @@ and whether the TOSA bytes are equal. Writes ``<out>.md``, ``<out>.csv`` and ``<
 from __future__ import annotations
 
 import argparse
-import copy
 import csv
 import os
 import platform
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,7 +43,9 @@ FULL = [
     "transformer8",
     "transformer16",
     "convnet",
+    "transformer32",  # last: the slowest stock lowering
 ]
+PROP = "PropagateViewCopyPermutePass"
 QUICK = ["convnet", "transformer1", "transformer2", "transformer4"]
 WARMUP_MODEL = "convnet"
 
@@ -64,11 +65,23 @@ class Result:
     vp_accel_s: float
     retraces_stock: int
     retraces_accel: int
+    # The two propagation passes (issue 4): inclusive seconds and re-traces per call (the Up
+    # pass's calls, then the Down pass's), in-loop fusion re-traces included.
+    prop_stock_s: float
+    prop_accel_s: float
+    prop_retraces_stock: str
+    prop_retraces_accel: str
     tosa_bytes: int
     identical: bool
     accelerated_calls: int
     fallbacks: int
     error: str = ""
+
+    @classmethod
+    def failed(cls, name: str, mode: str, error: str) -> Result:
+        blank = {f.name: "" if f.type == "str" else 0 for f in fields(cls)}
+        blank.update(model=name, mode=mode, depth=depth_of(name), nodes=None, identical=False)
+        return cls(**{**blank, "error": error})
 
 
 def depth_of(name: str) -> int | None:
@@ -97,21 +110,13 @@ def _stats() -> dict[str, Any]:
         return {}
 
 
-def lower_profiled(exported: Any, mode: str) -> tuple[Any, Any, float]:
-    from arm_accel import models, profiling
-
-    program = copy.deepcopy(exported)
-    with profiling.profiled() as prof:
-        start = time.perf_counter()
-        edge = models.lower(program, mode)
-        seconds = time.perf_counter() - start
-    return edge, prof, seconds
-
-
 def bench_model(name: str, repeat: int = 1) -> Result:
     """Lower ``name`` stock and accelerated, ``repeat`` times each (alternating which goes
     first); every figure is taken from the fastest run of its side."""
     from arm_accel import models, profiling
+
+    def lower_profiled(exported: Any, mode: str) -> tuple[Any, Any, float]:
+        return profiling.lower_profiled(exported, mode, stock_run=False)
 
     model, inputs, mode = models.build(name)
     exported = models.export_for_arm(model, inputs, mode)
@@ -120,8 +125,7 @@ def bench_model(name: str, repeat: int = 1) -> Result:
     acc = fb = 0
 
     def run_stock() -> None:
-        with profiling.stock():
-            stock_runs.append(lower_profiled(exported, mode))
+        stock_runs.append(profiling.lower_profiled(exported, mode, stock_run=True))
 
     def run_accel() -> None:
         nonlocal acc, fb
@@ -154,6 +158,10 @@ def bench_model(name: str, repeat: int = 1) -> Result:
         vp_accel_s=vp_a,
         retraces_stock=prof_s.retraces,
         retraces_accel=prof_a.retraces,
+        prop_stock_s=prof_s.group_seconds(PROP),
+        prop_accel_s=prof_a.group_seconds(PROP),
+        prop_retraces_stock=",".join(map(str, prof_s.group_retraces_per_call(PROP))),
+        prop_retraces_accel=",".join(map(str, prof_a.group_retraces_per_call(PROP))),
         tosa_bytes=sum(len(b) for b in bytes_s),
         identical=all(b == bytes_s for b in all_bytes) and bytes_s == bytes_a,
         accelerated_calls=acc,
@@ -234,10 +242,35 @@ def write_md(path: str, results: list[Result], info: dict[str, str], png: str | 
             f"{r.tosa_bytes} | "
             f"{'yes' if r.identical else '**NO**'} |"
         )
+    lines += [
+        "",
+        "## The two propagation passes (PropagateViewCopyPermute{Up,Down}Pass)",
+        "",
+        "Inclusive seconds in both passes and re-traces per call (the Up pass's calls, then the "
+        "Down pass's), the re-traces of the in-loop fusions included.",
+        "",
+        "| model | stock s | accel s | ratio | re-traces per call stock "
+        "| re-traces per call accel |",
+        "|---|--:|--:|--:|---|---|",
+    ]
+    for r in results:
+        if not r.error:
+            ratio = r.prop_stock_s / r.prop_accel_s if r.prop_accel_s else float("nan")
+            lines.append(
+                f"| {r.model} | {r.prop_stock_s:.2f} | {r.prop_accel_s:.2f} | {ratio:.1f}x | "
+                f"{r.prop_retraces_stock} | {r.prop_retraces_accel} |"
+            )
     if png:
         lines += ["", f"![lowering time vs depth]({os.path.basename(png)})"]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def write_all(out: str, results: list[Result]) -> None:
+    write_csv(out + ".csv", results)
+    png = out + ".png"
+    has_png = plot(png, results)
+    write_md(out + ".md", results, machine(), png if has_png else None)
 
 
 def plot(path: str, results: list[Result]) -> bool:
@@ -284,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"only {','.join(QUICK)}")
     parser.add_argument("--models", help="comma-separated zoo names (overrides --quick)")
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="lowerings per side; the fastest counts"
+    )
     parser.add_argument("--out", help="output path prefix (default benches/results/lowering)")
     parser.add_argument(
         "--no-warmup",
@@ -322,28 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             r = bench_model(name, args.repeat)
         except Exception as exc:  # noqa: BLE001 - one failing model must not stop the run
-            mode = models.ZOO[name].mode
-            r = Result(
-                name,
-                mode,
-                depth_of(name),
-                None,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                0,
-                False,
-                0,
-                0,
-                error=f"{type(exc).__name__}: {exc}"[:200],
-            )
+            r = Result.failed(name, models.ZOO[name].mode, f"{type(exc).__name__}: {exc}"[:200])
         results.append(r)
+        write_all(out, results)  # after every model: a long run that stops early keeps its rows
         print(
             f"    {time.perf_counter() - start:.0f} s: "
             + (
@@ -355,14 +372,9 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    info = machine()
-    write_csv(out + ".csv", results)
-    png = out + ".png"
-    has_png = plot(png, results)
-    write_md(out + ".md", results, info, png if has_png else None)
     with open(out + ".md") as f:
         print(f.read())
-    print(f"wrote {out}.md, {out}.csv" + (f", {png}" if has_png else ""), file=sys.stderr)
+    print(f"wrote {out}.md, {out}.csv, {out}.png", file=sys.stderr)
     bad = [r.model for r in results if r.error or not r.identical]
     return 1 if bad else 0
 

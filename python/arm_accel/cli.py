@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import runpy
 import sys
@@ -144,21 +143,10 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- demo
 def run_lowering(exported: Any, mode: str, stock: bool, label: str, show: bool = True) -> Any:
-    """Lower a fresh deep copy of ``exported`` under the profiler; returns (edge, profile)."""
-    from arm_accel import models, profiling
+    """Lower a fresh deep copy of ``exported`` under the profiler with a progress bar."""
+    from arm_accel import profiling
 
-    program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
-    switch = profiling.stock() if stock else _null()
-    with switch, profiling.profiled() as prof:
-        start = time.perf_counter()
-        edge = _step(label, lambda: models.lower(program, mode), show)
-        seconds = time.perf_counter() - start
-    return edge, prof, seconds
-
-
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
+    return profiling.lower_profiled(exported, mode, stock, lambda fn: _step(label, fn, show))
 
 
 def _stats() -> dict[str, Any] | None:

@@ -27,6 +27,7 @@ once per outermost call of a name).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import functools
 import importlib
@@ -70,6 +71,9 @@ class Row:
     retraces: int = 0
     seconds: float = 0.0  # exclusive
     inclusive: float = 0.0
+    # Re-traces inside each outermost call, nested passes' included (the in-loop fusions'
+    # re-traces count towards the propagation call that ran them).
+    retraces_per_call: list[int] = field(default_factory=list)
 
     def as_dict(self, total: float) -> dict[str, object]:
         return {
@@ -111,9 +115,18 @@ class Profile:
     def view_permute_retraces(self) -> int:
         return sum(self.rows[n].retraces for n in VIEW_PERMUTE_PASSES if n in self.rows)
 
+    def group_retraces_per_call(self, group: str) -> list[int]:
+        """Inclusive re-traces of each call of one of the five view/permute passes."""
+        return [
+            k
+            for n in VIEW_PERMUTE_GROUPS[group]
+            if n in self.rows
+            for k in self.rows[n].retraces_per_call
+        ]
+
 
 class _Frame:
-    __slots__ = ("key", "kind", "target", "start", "child", "is_lowering")
+    __slots__ = ("key", "kind", "target", "start", "child", "is_lowering", "retraces")
 
     def __init__(self, key: str, kind: str, target: Any, is_lowering: bool) -> None:
         self.key = key
@@ -121,6 +134,7 @@ class _Frame:
         self.target = target
         self.is_lowering = is_lowering
         self.child = 0.0
+        self.retraces = 0  # inclusive of nested frames
         self.start = time.perf_counter()
 
 
@@ -176,6 +190,7 @@ class Profiler:
         if not any(f.key == frame.key for f in self._stack):  # outermost call of this name
             row.calls += 1
             row.inclusive += duration
+            row.retraces_per_call.append(frame.retraces)
         if self._stack:
             self._stack[-1].child += duration
         if frame.is_lowering and not any(f.is_lowering for f in self._stack):
@@ -225,6 +240,8 @@ class Profiler:
             if row is None:
                 row = profiler.profile.rows[key] = Row(key, kind)
             row.retraces += 1
+            for f in profiler._stack:
+                f.retraces += 1
             return original(self, *args, **kwargs)
 
         return call
@@ -335,6 +352,29 @@ class Profiler:
 def profiled() -> Iterator[Profile]:
     with Profiler() as prof:
         yield prof.profile
+
+
+def lower_profiled(
+    exported: Any,
+    mode: str,
+    stock_run: bool,
+    step: Callable[[Callable[[], Any]], Any] | None = None,
+) -> tuple[Any, Profile, float]:
+    """Lower a fresh deep copy of ``exported`` (stock or accelerated) under the profiler;
+    returns (edge program manager, profile, wall seconds). ``step`` wraps the lowering call
+    (the CLI's progress bar)."""
+    import copy
+
+    from arm_accel import models
+
+    program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
+    switch = stock() if stock_run else contextlib.nullcontext()
+    with switch, profiled() as prof:
+        start = time.perf_counter()
+        lower = functools.partial(models.lower, program, mode)
+        edge = step(lower) if step else lower()
+        seconds = time.perf_counter() - start
+    return edge, prof, seconds
 
 
 # -------------------------------------------------------------------- acceleration switch
