@@ -163,6 +163,49 @@ def test_env_off_then_enable(tmp_path: Path) -> None:
     assert r["is_double_after_enable"] and r["apm_after_enable"]
 
 
+IMPORT_OURS_FIRST = r"""
+import json, sys
+import arm_accel.passes.propagate  # imports executorch's Arm passes while still executing
+import arm_accel
+import arm_accel.passes
+import executorch.backends.arm._passes as pkg
+import executorch.backends.arm._passes.arm_pass_manager as apm
+st = arm_accel.status()
+print(json.dumps({
+    "registry": sorted(arm_accel.passes.REGISTRY),
+    "swapped": sorted(st["swapped"]),
+    "skipped": st["skipped"],
+    "ours_in_pkg": sorted(
+        n for n in arm_accel.passes.REGISTRY
+        if getattr(getattr(pkg, n, None), "_arm_accel_impl", None) is not None
+    ),
+    "stock_in_apm": sorted(
+        n for n in arm_accel.passes.REGISTRY
+        if hasattr(apm, n) and getattr(getattr(apm, n), "_arm_accel_impl", None) is None
+    ),
+}))
+"""
+
+
+@needs_pth
+def test_importing_our_pass_module_first_still_swaps_everything() -> None:
+    # The module importing executorch triggers activation before its own classes exist: those
+    # swaps must be deferred to the end of its import, not skipped with a warning.
+    proc = subprocess.run(
+        [sys.executable, "-c", IMPORT_OURS_FIRST],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "ARM_ACCEL": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert r["skipped"] == {}
+    assert r["swapped"] == r["registry"] == r["ours_in_pkg"]
+    assert r["stock_in_apm"] == []
+    assert "stays stock" not in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------------
 # In-process tests (no executorch pipeline): switch, stats, version guard, safe fallback.
 

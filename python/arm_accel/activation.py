@@ -14,6 +14,11 @@ Where a stock class is replaced (by identity, so same-named classes elsewhere, e
 
 Every replacement is journaled so :func:`deactivate` can put the stock classes back.
 
+Import order: if a user imports one of our pass modules before executorch's Arm passes, that
+module's own ``import executorch...`` triggers activation while it is still executing, so its
+classes do not exist yet. Those swaps are deferred (not skipped) and completed the moment the
+module's import finishes (:class:`_NotifyingSpec`).
+
 Version guard: acceleration stays off (with one warning naming what was found) unless executorch
 and torch match what we test. Versions are read with :mod:`importlib.metadata`, never by import.
 """
@@ -21,6 +26,7 @@ and torch match what we test. Versions are read with :mod:`importlib.metadata`, 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import logging
 import sys
 import threading
@@ -46,6 +52,8 @@ _state: dict[str, Any] = {
 }
 # (module dict, attribute name, stock class, installed class) for every replacement made
 _journal: list[tuple[dict[str, Any], str, type, type]] = []
+# module still importing -> [(stock name, target spec, stock class)] waiting for it to finish
+_pending: dict[str, list[tuple[str, str, type]]] = {}
 
 
 def warn_once(key: str, message: str, *args: object) -> None:
@@ -183,6 +191,62 @@ def _replace_everywhere(stock: type, new: type, passes_pkg: Any) -> int:
     return count
 
 
+class _NotifyingSpec(importlib.machinery.ModuleSpec):
+    """Swapped in as the ``__class__`` of a module spec whose import is under way: importlib
+    clears ``spec._initializing`` when the module has finished executing (or failed), which is
+    when its deferred swaps can complete."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name == "_initializing" and not value:
+            object.__setattr__(self, "__class__", importlib.machinery.ModuleSpec)
+            _complete_pending(self.name)
+
+
+def _still_importing(module_name: str) -> bool:
+    spec = getattr(sys.modules.get(module_name), "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
+
+
+def _defer(name: str, spec: str, stock: type) -> bool:
+    """Queue the swap of ``name`` until its target module has finished importing."""
+    module_name = spec.partition(":")[0]
+    module_spec = getattr(sys.modules.get(module_name), "__spec__", None)
+    if not _still_importing(module_name):
+        return False
+    if not isinstance(module_spec, _NotifyingSpec):
+        try:
+            module_spec.__class__ = _NotifyingSpec
+        except TypeError:
+            return False
+    _pending.setdefault(module_name, []).append((name, spec, stock))
+    return True
+
+
+def _complete_pending(module_name: str) -> None:
+    with _lock:
+        waiting = _pending.pop(module_name, [])
+        if not _state["activated"]:
+            return  # deactivated meanwhile
+        passes_pkg = sys.modules.get(PASSES_PACKAGE)
+        for name, spec, stock in waiting:
+            _swap(name, spec, stock, passes_pkg)
+
+
+def _swap(name: str, spec: str, stock: type, passes_pkg: Any) -> None:
+    """Install the class ``spec`` names in place of ``stock``; record the outcome."""
+    try:
+        new = installed_class(stock, _resolve_target(spec), name)
+    except Exception as exc:
+        _state["skipped"][name] = repr(exc)
+        warn_once(f"skip:{name}", "arm_accel: %s stays stock: %r", name, exc)
+        return
+    n = _replace_everywhere(stock, new, passes_pkg)
+    _state["swapped"][name] = spec
+    _state["skipped"].pop(name, None)
+    logger.debug("arm_accel: %s -> %s (%d references)", name, spec, n)
+
+
 def activate(force: bool = False) -> bool:
     """Swap in the registered accelerated classes if executorch's Arm passes are loaded.
 
@@ -215,23 +279,21 @@ def activate(force: bool = False) -> bool:
             _state["reason"] = f"registry import failed: {exc!r}"
             warn_once("registry", "arm_accel: cannot load the pass registry: %r", exc)
             return False
-        swapped: dict[str, str] = {}
-        skipped: dict[str, str] = {}
+        _state.update(activated=True, reason="active", swapped={}, skipped={})
         for name, spec in registry.items():
-            try:
-                stock = _resolve_stock(passes_pkg, name)
-                if stock is None:
-                    raise LookupError(f"no stock Arm pass named {name}")
-                new = installed_class(stock, _resolve_target(spec), name)
-            except Exception as exc:
-                skipped[name] = repr(exc)
-                warn_once(f"skip:{name}", "arm_accel: %s stays stock: %r", name, exc)
-                continue
-            n = _replace_everywhere(stock, new, passes_pkg)
-            swapped[name] = spec
-            logger.debug("arm_accel: %s -> %s (%d references)", name, spec, n)
-        _state.update(activated=True, reason="active", swapped=swapped, skipped=skipped)
-        logger.info("arm_accel: accelerated %d Arm passes: %s", len(swapped), sorted(swapped))
+            stock = _resolve_stock(passes_pkg, name)
+            if stock is None:
+                _state["skipped"][name] = f"no stock Arm pass named {name}"
+                warn_once(f"skip:{name}", "arm_accel: %s stays stock: no such stock pass", name)
+            elif _defer(name, spec, stock):
+                _state["skipped"][name] = "pending: its module is still importing"
+            else:
+                _swap(name, spec, stock, passes_pkg)
+        logger.info(
+            "arm_accel: accelerated %d Arm passes: %s",
+            len(_state["swapped"]),
+            sorted(_state["swapped"]),
+        )
         return True
 
 
@@ -257,6 +319,7 @@ def deactivate() -> None:
             d, attr, stock, new = _journal.pop()
             if d.get(attr) is new:
                 d[attr] = stock
+        _pending.clear()
         _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
 
 
