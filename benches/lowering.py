@@ -89,27 +89,6 @@ def depth_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _accel_counts(before: dict[str, Any], after: dict[str, Any]) -> tuple[int, int]:
-    acc = fb = 0
-    for name, s in after.items():
-        b = before.get(name, {})
-        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
-        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
-            dict(b.get("fallbacks", {})).values()
-        )
-    return acc, fb
-
-
-def _stats() -> dict[str, Any]:
-    import arm_accel
-
-    fn = getattr(arm_accel, "stats", None)
-    try:
-        return fn() if fn else {}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
 def bench_model(name: str, repeat: int = 1) -> Result:
     """Lower ``name`` stock and accelerated, ``repeat`` times each (alternating which goes
     first); every figure is taken from the fastest run of its side."""
@@ -129,10 +108,10 @@ def bench_model(name: str, repeat: int = 1) -> Result:
 
     def run_accel() -> None:
         nonlocal acc, fb
-        before = _stats()
+        before = profiling.stats_snapshot()
         accel_runs.append(lower_profiled(exported, mode))
-        a, f = _accel_counts(before, _stats())
-        acc, fb = acc + a, fb + f
+        a, f = profiling.stats_delta(before, profiling.stats_snapshot())
+        acc, fb = acc + (a or 0), fb + (f or 0)
 
     for i in range(max(1, repeat)):
         order = (run_stock, run_accel) if i % 2 == 0 else (run_accel, run_stock)

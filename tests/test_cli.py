@@ -141,54 +141,38 @@ def test_bench_outputs(tmp_path: os.PathLike[str]) -> None:
     assert bench.depth_of("convnet") is None
     results = [
         bench.Result(
-            name,
-            mode,
-            bench.depth_of(name),
-            100 * d,
-            2.0 * d,
-            1.0 * d,
-            2.0,
-            0.4,
-            0.1,
-            0.8 * d,
-            0.1 * d,
-            50,
-            20,
-            1000,
-            True,
-            5,
-            0,
+            model=name,
+            mode=mode,
+            depth=bench.depth_of(name),
+            nodes=100 * d,
+            stock_s=2.0 * d,
+            accel_s=1.0 * d,
+            ratio=2.0,
+            vp_share_stock=0.4,
+            vp_share_accel=0.1,
+            vp_stock_s=0.8 * d,
+            vp_accel_s=0.1 * d,
+            retraces_stock=50,
+            retraces_accel=20,
+            prop_stock_s=0.6 * d,
+            prop_accel_s=0.05 * d,
+            prop_retraces_stock=f"{d},{d + 1}",
+            prop_retraces_accel="1,1",
+            tosa_bytes=1000,
+            identical=True,
+            accelerated_calls=5,
+            fallbacks=0,
         )
         for name, mode, d in (("llama4", "INT", 4), ("llama8", "INT", 8), ("convnet", "FP", 1))
     ]
-    results.append(
-        bench.Result(
-            "resnet8",
-            "INT",
-            None,
-            None,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            0,
-            False,
-            0,
-            0,
-            error="RuntimeError: boom",
-        )
-    )
+    results.append(bench.Result.failed("resnet8", "INT", "RuntimeError: boom"))
     out = os.path.join(tmp_path, "lowering")
     bench.write_csv(out + ".csv", results)
     assert bench.plot(out + ".png", results)
     bench.write_md(out + ".md", results, bench.machine(), out + ".png")
     md = open(out + ".md").read()
     assert "| llama8 | INT | 800 | 16.00 | 8.00 | 2.00x | 40.0% | 10.0% | 50 | 20 |" in md
+    assert "| llama8 | 4.80 | 0.40 | 12.0x | 8,9 | 1,1 |" in md
     assert "error: RuntimeError: boom" in md and "lowering.png" in md
     with open(out + ".csv") as f:
         assert [r["model"] for r in csv.DictReader(f)] == ["llama4", "llama8", "convnet", "resnet8"]

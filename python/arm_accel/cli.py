@@ -149,32 +149,6 @@ def run_lowering(exported: Any, mode: str, stock: bool, label: str, show: bool =
     return profiling.lower_profiled(exported, mode, stock, lambda fn: _step(label, fn, show))
 
 
-def _stats() -> dict[str, Any] | None:
-    import arm_accel
-
-    fn = getattr(arm_accel, "stats", None)
-    try:
-        return fn() if fn else None
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def _stats_delta(
-    before: dict[str, Any] | None, after: dict[str, Any] | None
-) -> tuple[int | None, int | None]:
-    """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots."""
-    if before is None or after is None:
-        return None, None
-    acc = fb = 0
-    for name, s in after.items():
-        b = before.get(name, {})
-        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
-        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
-            dict(b.get("fallbacks", {})).values()
-        )
-    return acc, fb
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
     from arm_accel import models, profiling
 
@@ -203,9 +177,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         lambda: models.export_for_arm(model, inputs, mode),
     )
     edge_s, prof_s, t_s = run_lowering(exported, mode, True, "lower stock")
-    stats_before = _stats()
+    stats_before = profiling.stats_snapshot()
     edge_a, prof_a, t_a = run_lowering(exported, mode, False, "lower accelerated")
-    accelerated, fallbacks = _stats_delta(stats_before, _stats())
+    accelerated, fallbacks = profiling.stats_delta(stats_before, profiling.stats_snapshot())
     same = models.tosa_bytes(edge_s) == models.tosa_bytes(edge_a)
 
     rows = [

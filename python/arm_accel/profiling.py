@@ -377,6 +377,32 @@ def lower_profiled(
     return edge, prof, seconds
 
 
+def stats_snapshot() -> dict[str, Any] | None:
+    """``arm_accel.stats()``, or None where the activation layer is unavailable."""
+    import arm_accel
+
+    try:
+        return arm_accel.stats()
+    except Exception:  # noqa: BLE001 - reporting must not break a lowering
+        return None
+
+
+def stats_delta(
+    before: dict[str, Any] | None, after: dict[str, Any] | None
+) -> tuple[int | None, int | None]:
+    """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots."""
+    if before is None or after is None:
+        return None, None
+    acc = fb = 0
+    for name, s in after.items():
+        b = before.get(name, {})
+        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
+        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
+            dict(b.get("fallbacks", {})).values()
+        )
+    return acc, fb
+
+
 # -------------------------------------------------------------------- acceleration switch
 @contextmanager
 def stock() -> Iterator[bool]:
