@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import gc
 import importlib
 import io
 import time
@@ -368,6 +369,7 @@ def lower_profiled(
     from arm_accel import models
 
     program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
+    gc.collect()  # the previous run's garbage must not be collected on this run's clock
     switch = stock() if stock_run else contextlib.nullcontext()
     with switch, profiled() as prof:
         start = time.perf_counter()
