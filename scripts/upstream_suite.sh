@@ -9,8 +9,10 @@
 #
 # Runs: executorch/backends/arm/test/passes plus misc/test_transpose_counts.py,
 # misc/test_high_rank_permute_view_invariants.py, misc/test_reshape_permute_5d_regression.py.
-# Stock fails only test_ioquantization_pass.py::test_quantize_io_vgf_INT_uint8_numeric (needs a
-# Vulkan emulation layer). Exit status 0 iff the failure set equals that.
+# Stock fails test_ioquantization_pass.py::test_quantize_io_vgf_INT_uint8_numeric (needs a
+# Vulkan emulation layer) and, here, test_transpose_counts_tosa_FP_channels_last
+# [groupnorm_channels_last] (fails with ARM_ACCEL=0 too: checked 2026-11-30 with ethos-u-vela
+# 5.2.0). Exit status 0 iff no test fails outside that set.
 # On a machine without ethos-u-vela (or the VGF tool chain) stock fails more tests; then compare
 # with a recorded stock run instead: every run writes its failure set to $UPSTREAM_OUT/failures.txt,
 # and UPSTREAM_STOCK_FAILURES=<that file of a stock run> makes it the expected set.
@@ -22,7 +24,8 @@ VENV=${ARM_ACCEL_VENV:-$HOME/.cache/arm-accel/venv}
 PY="$VENV/bin/python"
 OUT=${UPSTREAM_OUT:-$(mktemp -d /tmp/arm-accel-upstream.XXXXXX)}
 mkdir -p "$OUT"
-KNOWN_STOCK_FAILURES="test_ioquantization_pass.py::test_quantize_io_vgf_INT_uint8_numeric"
+KNOWN_STOCK_FAILURES="test_ioquantization_pass.py::test_quantize_io_vgf_INT_uint8_numeric
+test_transpose_counts.py::test_transpose_counts_tosa_FP_channels_last[groupnorm_channels_last]"
 if [ -n "${UPSTREAM_STOCK_FAILURES:-}" ]; then
   KNOWN_STOCK_FAILURES=$(cat "$UPSTREAM_STOCK_FAILURES")
 fi
