@@ -26,7 +26,7 @@ from arm_accel.passes import (
     remove_permutes_around_elementwise,
 )
 from arm_accel.passes.base import _stock_class
-from arm_accel.table import Cls, export_table
+from arm_accel.table import Cls, empty_columns, export_table
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
     CanonicalizeViewCopyPermutePass as BaseCanonicalize,
@@ -254,8 +254,9 @@ class RandomNet(torch.nn.Module):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("name", list(OURS))
 def test_random_graphs_equal_stock(name: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    if seed % 2:  # odd seeds: Canonicalize takes the Rust kernel even for few members
+    if seed % 2:  # odd seeds: the Rust kernels even on small graphs
         monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)
+        monkeypatch.setattr(fuse_duplicate_users, "NATIVE_MIN_USERS", 0)
     net = RandomNet(seed)
     inputs = (torch.randn(4, 4), torch.randn(4, 4))
     differential(stock_class(name)(), OURS[name](), lambda: _edge(net, *inputs))
@@ -292,13 +293,20 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
         # ArmOpTargetedPass.__call__ skips ``call`` when the graph holds no target op.
         pytest.skip("no add/sub/mul/.../cat/where in this graph: the pass manager skipped it")
     assert records, f"the lowering never ran {name}"
-    # Canonicalize: the Python walk (few members) and the Rust kernel, both.
-    native_mins = [canonicalize.NATIVE_MIN_MEMBERS]
-    if name == "CanonicalizeViewCopyPermutePass":
+    # Canonicalize and FuseDuplicateUsers: the Python walk/screen (small graphs) and the Rust
+    # kernel, both.
+    thresholds = {
+        "CanonicalizeViewCopyPermutePass": (canonicalize, "NATIVE_MIN_MEMBERS"),
+        "FuseDuplicateUsersPass": (fuse_duplicate_users, "NATIVE_MIN_USERS"),
+    }
+    module, attr = thresholds.get(name, (canonicalize, "NATIVE_MIN_MEMBERS"))
+    native_mins = [getattr(module, attr)]
+    if name in thresholds:
         native_mins.append(0)
     with tosa_context(captured):
         for native_min in native_mins:
-            canonicalize.NATIVE_MIN_MEMBERS, saved = native_min, canonicalize.NATIVE_MIN_MEMBERS
+            saved = getattr(module, attr)
+            setattr(module, attr, native_min)
             try:
                 for record in records:
                     differential(
@@ -307,7 +315,7 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
                         record.fresh_graph,
                     )
             finally:
-                canonicalize.NATIVE_MIN_MEMBERS = saved
+                setattr(module, attr, saved)
 
 
 # -- the kernels against the stock helpers --------------------------------------------------
@@ -364,13 +372,8 @@ def test_collect_chains_declines_a_node_joining_two_chains() -> None:
         in_idx=np.array([0, 0, 1, 2], dtype=np.int64),
         user_ptr=np.array([0, 2, 3, 4, 4], dtype=np.int64),
         user_idx=np.array([1, 2, 3, 3], dtype=np.int64),
-        rank=np.full(n, -1, dtype=np.int32),
-        shape_ptr=np.zeros(n + 1, dtype=np.int64),
-        shape=np.zeros(0, dtype=np.int64),
-        dtype=np.full(n, -1, dtype=np.int32),
-        iarg_ptr=np.zeros(n + 1, dtype=np.int64),
-        iarg=np.zeros(0, dtype=np.int64),
         flags=np.full(n, 8, dtype=np.uint32),
+        **empty_columns(n),
     )
     assert _native.table_counts(fake)["nodes"] == n
     with pytest.raises(ValueError, match="^decline:"):
@@ -407,9 +410,10 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
     def boom(*_: Any) -> Any:
         raise ValueError("decline: injected")
 
-    monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)  # always the kernel
+    monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)  # always the kernels
+    monkeypatch.setattr(fuse_duplicate_users, "NATIVE_MIN_USERS", 0)
     monkeypatch.setattr(_native, "collect_chains", boom)
-    monkeypatch.setattr(_native, "duplicate_user_candidates", boom)
+    monkeypatch.setattr(_native, "user_signatures", boom)
     for name in NATIVE:
         cls = OURS[name]
         stats.reset()
