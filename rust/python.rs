@@ -154,6 +154,23 @@ fn group_keys<'py>(group_key: &Bound<'py, PyAny>) -> PyResult<PyReadonlyArray1<'
     Ok(keys)
 }
 
+/// Runs a duplicate-user kernel on a validated table and its `group_key`, GIL released.
+fn with_group_keys<'py, R: Send>(
+    py: Python<'py>,
+    table: &Bound<'py, PyAny>,
+    group_key: &Bound<'py, PyAny>,
+    kernel: impl FnOnce(&NodeTable<'_>, &[i64]) -> Result<R, TableError> + Send,
+) -> PyResult<R> {
+    let b = Borrowed::new(table)?;
+    let keys = group_keys(group_key)?;
+    let keys = slice(&keys);
+    let view = b.view();
+    Ok(py.detach(|| {
+        view.validate()?;
+        kernel(&view, keys)
+    })?)
+}
+
 /// Producers whose duplicate-user fusion visit may fuse something (int64 ids, graph order).
 /// `group_key` (int64, one per target code) groups targets; negative keys are never fused.
 #[pyfunction]
@@ -162,13 +179,8 @@ fn duplicate_user_candidates<'py>(
     table: &Bound<'py, PyAny>,
     group_key: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let b = Borrowed::new(table)?;
-    let keys = group_keys(group_key)?;
-    let keys = slice(&keys);
-    let view = b.view();
-    let out = py.detach(|| {
-        view.validate()?;
-        crate::worklist::duplicate_user_candidates(&view, keys)
+    let out = with_group_keys(py, table, group_key, |view, keys| {
+        crate::worklist::duplicate_user_candidates(view, keys)
     })?;
     Ok(PyArray1::from_vec(py, out))
 }
@@ -181,13 +193,8 @@ fn user_signatures<'py>(
     table: &Bound<'py, PyAny>,
     group_key: &Bound<'py, PyAny>,
 ) -> PyResult<CsrPair<'py>> {
-    let b = Borrowed::new(table)?;
-    let keys = group_keys(group_key)?;
-    let keys = slice(&keys);
-    let view = b.view();
-    let s = py.detach(|| {
-        view.validate()?;
-        crate::signature::user_signatures(&view, keys)
+    let s = with_group_keys(py, table, group_key, |view, keys| {
+        crate::signature::user_signatures(view, keys)
     })?;
     Ok((
         PyArray1::from_vec(py, s.code),

@@ -94,11 +94,8 @@ mod tests {
     use super::*;
     use crate::synth;
     use crate::table::{OwnedTable, TableBuilder};
+    use crate::worklist::test_targets::*;
 
-    const ADD: i32 = 0;
-    const MUL: i32 = 1;
-    const RESCALE: i32 = 2;
-    const ADD_ALIAS: i32 = 3; // a distinct target object with the same str() as ADD
     const KEYS: [i64; 4] = [10, 11, -1, 10];
 
     /// x, y placeholders; the users below, with token streams standing for their arguments.

@@ -66,16 +66,22 @@ pub fn screen_producers(
     out
 }
 
+/// Target codes of the duplicate-user kernels' unit tests.
+#[cfg(test)]
+pub(crate) mod test_targets {
+    pub const ADD: i32 = 0;
+    pub const MUL: i32 = 1;
+    pub const RESCALE: i32 = 2;
+    /// A distinct target object with the same `str()` as ADD.
+    pub const ADD_ALIAS: i32 = 3;
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_targets::*;
     use super::*;
     use crate::synth;
     use crate::table::{class, op, TableBuilder};
-
-    const ADD: i32 = 0;
-    const MUL: i32 = 1;
-    const RESCALE: i32 = 2;
-    const ADD_ALIAS: i32 = 3; // a distinct target object with the same str() as ADD
 
     fn table() -> crate::table::OwnedTable {
         let mut b = TableBuilder::new(vec![class::ELEMENTWISE, class::ELEMENTWISE, 0, 0]);

@@ -242,7 +242,7 @@ def _edge(module: torch.nn.Module, *inputs: torch.Tensor) -> fx.GraphModule:
 def test_pass_equals_stock_on_argument_variants(
     native_min: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fdu, "NATIVE_MIN_USERS", native_min)
+    monkeypatch.setattr(fdu, "NATIVE_MIN_PRODUCERS", native_min)
     inputs = (torch.randn(4, 4), torch.randn(4, 4))
 
     def make() -> fx.GraphModule:

@@ -151,8 +151,12 @@ class AccelCanonicalizeMixin(AcceleratedPass):
 class CanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _ArmCanonicalize):
     """Arm configuration, accelerated."""
 
+    _arm_accel_stock = _ArmCanonicalize  # stock class without an MRO walk per call
+
 
 class BaseCanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _BaseCanonicalize):
     """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    _arm_accel_stock = _BaseCanonicalize  # stock class without an MRO walk per call
 
     accel_name = "transforms.CanonicalizeViewCopyPermutePass"

@@ -6,7 +6,7 @@ a signature of every grouped user. Here:
 
 - The producers are screened once. A visit can only fuse when two ``call_function`` users share
   a non-excluded target key (stock's ``str(target)``) and an equal signature. On graphs with at
-  least ``NATIVE_MIN_USERS`` users of multi-user nodes, Rust interns each user's signature from
+  least ``NATIVE_MIN_PRODUCERS`` multi-user nodes, Rust interns each user's signature from
   a token stream of its arguments (``signature_tokens``; ``_native.user_signatures``) and keeps
   the producers with two equal codes in one group, or with a user whose arguments it does not
   model (Python answers for those). Below that, the screen is by target key, in Python: the
@@ -18,8 +18,12 @@ a signature of every grouped user. Here:
   since a visit of it that fused nothing is skipped: that visit would see the same users, the
   same arguments, and fuse nothing again. Every edit bumps a version on the nodes whose visit it
   can affect (the inputs of the erased user, of each rewired consumer, and the representative).
-- Visits compare the interned codes where every user of a group has one and its arguments have
-  not changed since the export; otherwise stock's own signatures, for the whole group.
+- Visits compare codes: the Rust ones where every user of a group has one and its arguments
+  have not changed since the export; on the Python screen, token tuples encoded when first
+  needed and kept until the user's arguments change (stock rebuilds every signature on every
+  visit). A group holding a user the tokens do not model uses stock's own signatures, for the
+  whole group. Stock's target keys (``str(target)``, formatted per user per visit in stock)
+  are memoized across calls.
 
 All rules only skip visits that are no-ops in stock, so the fusions happen in stock's order and
 the graph equals stock's. One ``ExportPass``/``ArmPass`` re-trace when modified, none otherwise;
@@ -61,14 +65,15 @@ logger = logging.getLogger("arm_accel")
 _ArmFuse = _stock_class(__ArmFuse_maybe_swapped)
 _BaseFuse = _stock_class(__BaseFuse_maybe_swapped)
 
-#: From this many nodes in the screened subgraph (multi-user nodes and their users) on, the
-#: screen runs in Rust on interned signatures; below it, by target key in Python. Chosen from
+#: From this many multi-user nodes on, the screen runs in Rust on interned signatures; below
+#: it, by target key in Python, and visits compare token tuples encoded lazily. Chosen from
 #: ``benches/fusion_passes.py`` (see ``tests/test_fusion_passes.py`` for both paths).
-NATIVE_MIN_USERS = 1024
+NATIVE_MIN_PRODUCERS = 256
 
 # Token tags of ``signature_tokens`` (the kernel only compares streams; see rust/signature.rs).
 TOK_INT, TOK_NODE, TOK_NONE, TOK_SEQ, TOK_FLOAT, TOK_KWARGS, TOK_KEY = range(7)
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_MISSING: Any = object()
 _double_bits = struct.Struct("<d")
 _int64 = struct.Struct("<q")
 
@@ -129,11 +134,19 @@ def signature_tokens(
 @dataclass
 class DuplicateUsersPlan:
     """The initial sweep's producers (graph order), the graph order of every node, and the
-    interned signature codes of the users Rust modelled (None on the Python screen)."""
+    users' signature codes: interned ints from Rust (users it modelled, as exported), or filled
+    lazily with token tuples (``lazy``; None for a user the tokens do not model), or None when a
+    subclass overrides stock's signatures (then only stock's own methods answer)."""
 
     producers: list[fx.Node]
     order: dict[fx.Node, int]
-    codes: dict[fx.Node, int] | None
+    codes: dict[fx.Node, Hashable] | None
+    lazy: bool = False
+
+
+#: Stock ``_get_target_key`` per target, kept across calls: ``str()`` of an op overload is
+#: fixed for its lifetime, and stock formats it for every grouped user of every visit.
+_STOCK_TARGET_KEYS: dict[Any, Hashable] = {}
 
 
 class AccelFuseDuplicateUsersMixin(AcceleratedPass):
@@ -149,10 +162,15 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         if not multi:
             return None
         order = dict(zip(nodes, range(len(nodes)), strict=True))
-        subset = with_users(multi)
-        if len(subset) < NATIVE_MIN_USERS or not self._stock_signatures():
+        stock_signatures = self._stock_signatures()
+        if len(multi) < NATIVE_MIN_PRODUCERS or not stock_signatures:
             producers = self._screen_by_key(multi)
-            return DuplicateUsersPlan(producers, order, None) if producers else None
+            if not producers:
+                return None
+            return DuplicateUsersPlan(
+                producers, order, {} if stock_signatures else None, lazy=stock_signatures
+            )
+        subset = with_users(multi)
         table = export_light(graph_module, no_class, nodes=subset)
         keys = self._group_keys(table.targets)
         kwarg_keys: dict[Hashable, int] = {}
@@ -163,20 +181,22 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         code, candidates = run_kernel(_native.user_signatures, with_int_args(table, rows), keys)
         if not len(candidates):
             return None
-        codes = {n: c for n, c in zip(subset, code.tolist(), strict=True) if c >= 0}
+        codes: dict[fx.Node, Hashable] = {
+            n: c for n, c in zip(subset, code.tolist(), strict=True) if c >= 0
+        }
         return DuplicateUsersPlan([subset[i] for i in candidates.tolist()], order, codes)
 
     def _group_keys(self, targets: list[Any]) -> np.ndarray:
         """Interned ``_get_target_key`` per target code; -1 for excluded targets."""
         interned: dict[Hashable, int] = {}
         keys = np.empty(len(targets), dtype=np.int64)
+        key_of = self._target_key_cache()
         for code, target in enumerate(targets):
             if target in self._excluded_targets:
                 keys[code] = -1
                 continue
             try:
-                key = self._get_target_key(target)
-                keys[code] = interned.setdefault(key, len(interned))
+                keys[code] = interned.setdefault(key_of(target), len(interned))
             except TypeError as exc:  # unhashable target key
                 raise Decline("unhashable target key") from exc
         return keys
@@ -200,12 +220,16 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         return out
 
     def _target_key_cache(self) -> Any:
-        """``_get_target_key`` memoized for one call (stock formats ``str(target)`` each time)."""
-        keys: dict[Any, Hashable] = {}
+        """``_get_target_key`` memoized: across calls for stock's, else for this call."""
         get_target_key = self._get_target_key
+        stock = type(self)._get_target_key is _BaseFuse._get_target_key
+        keys: dict[Any, Hashable] = _STOCK_TARGET_KEYS if stock else {}
 
         def key_of(target: Any) -> Hashable:
-            key = keys.get(target, keys)
+            try:
+                key = keys.get(target, keys)
+            except TypeError:  # unhashable target: no memo
+                return get_target_key(target)
             if key is keys:
                 key = keys[target] = get_target_key(target)
             return key
@@ -260,11 +284,24 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 pending[pos] = n
                 heapq.heappush(sweep, pos)
 
+        lazy = plan.lazy
+        kwarg_keys: dict[Hashable, int] = {}
+
         def signatures(group: list[fx.Node]) -> list[Hashable]:
+            """The group's signatures, one kind for the whole group: codes where every user
+            has one, else stock's own (which then also answers for the modelled users)."""
             if codes is not None:
-                interned = [codes.get(u, -1) for u in group]
-                if min(interned) >= 0:
-                    return interned
+                out = []
+                for u in group:
+                    c = codes.get(u, _MISSING)
+                    if c is _MISSING and lazy:
+                        tokens = signature_tokens(u, node_order, kwarg_keys)
+                        c = codes[u] = None if tokens is None else tuple(tokens)
+                    if c is _MISSING or c is None:
+                        break
+                    out.append(c)
+                else:
+                    return out
             return [signature_of(u) for u in group]
 
         while True:
@@ -288,8 +325,9 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
             candidate_groups = group_users(node_order, user_nodes)
             fused_here = False
-            signature_to_user: dict[Hashable, fx.Node] = {}
             for group in candidate_groups:
+                # Per group: stock's signatures hold the target key, so groups never share one.
+                signature_to_user: dict[Hashable, fx.Node] = {}
                 for user, signature in zip(group, signatures(group), strict=True):
                     if signature is None:
                         continue
@@ -307,7 +345,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                     graph.erase_node(user)
                     for consumer in consumers:
                         if codes is not None:
-                            codes.pop(consumer, None)  # its arguments changed
+                            codes.pop(consumer, None)  # its arguments changed: re-encode
                         for n in consumer.all_input_nodes:
                             bump(n)
                     bump(representative)
@@ -374,8 +412,12 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 class FuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _ArmFuse):
     """Arm/TOSA configuration (RESCALE excluded), accelerated."""
 
+    _arm_accel_stock = _ArmFuse  # stock class without an MRO walk per call
+
 
 class BaseFuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _BaseFuse):
     """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    _arm_accel_stock = _BaseFuse  # stock class without an MRO walk per call
 
     accel_name = "transforms.FuseDuplicateUsersPass"

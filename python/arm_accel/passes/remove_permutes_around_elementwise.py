@@ -141,9 +141,13 @@ class AccelRemovePermutesMixin(AcceleratedPass):
 class RemovePermutesAroundElementwiseTosaOps(AccelRemovePermutesMixin, _ArmRemove):
     """Arm/TOSA configuration, accelerated."""
 
+    _arm_accel_stock = _ArmRemove  # stock class without an MRO walk per call
+
 
 class BaseRemovePermutesAroundElementwiseOps(AccelRemovePermutesMixin, _BaseRemove):
     """``backends.transforms`` configuration: the permute-only scan and no recompile (its
     ``_is_constant`` is stock's name rules, already O(1) per node)."""
+
+    _arm_accel_stock = _BaseRemove  # stock class without an MRO walk per call
 
     accel_name = "transforms.RemovePermutesAroundElementwiseOps"
