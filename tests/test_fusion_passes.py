@@ -323,6 +323,11 @@ def test_llama4_captured_graphs_equal_stock() -> None:
     """Every graph the issue-3 passes receive in a real llama4 INT lowering, the Arm passes and
     the transforms base classes the propagation passes call internally: ours == stock."""
     records, mode = capture_lowering("llama4")
+    for r in records:
+        if r.pass_name.endswith("FuseDuplicateUsersPass"):
+            nodes = list(r.graph_module.graph.nodes)
+            multi = sum(len(n.users) > 1 for n in nodes)
+            print(f"{r.pass_name}: {len(nodes)} nodes, {multi} multi-user nodes")
     replayed = {}
     for name, ours_cls, stock_cls in pass_pairs():
         recs = [r for r in records if r.pass_name == name]
