@@ -6,6 +6,7 @@
 
 pub mod chains;
 pub mod membership;
+pub mod signature;
 pub mod synth;
 pub mod table;
 pub mod worklist;

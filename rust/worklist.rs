@@ -8,7 +8,17 @@
 //! that became a fused representative (the only way a node gains users), and on revisits that
 //! stock itself queues.
 
-use crate::table::{op, NodeTable, TableError};
+use crate::signature::{check_group_keys, group_of};
+use crate::table::{NodeTable, TableError};
+
+/// What a screen knows of a grouped user's signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum UserCode {
+    /// Not known here: it may equal any other user's signature.
+    Unknown,
+    /// An interned signature code: equal codes, equal signatures.
+    Known(i64),
+}
 
 /// Producers whose stock visit may fuse users, in graph order.
 ///
@@ -19,55 +29,59 @@ pub fn duplicate_user_candidates(
     t: &NodeTable<'_>,
     group_key: &[i64],
 ) -> Result<Vec<i64>, TableError> {
-    if group_key.len() != t.target_class.len() {
-        return Err(TableError::new(
-            "group_key",
-            format!(
-                "length {}, expected one key per target code ({})",
-                group_key.len(),
-                t.target_class.len()
-            ),
-        ));
-    }
+    check_group_keys(t, group_key)?;
+    Ok(screen_producers(t, |u| {
+        group_of(t, group_key, u).map(|k| (k, UserCode::Unknown))
+    }))
+}
+
+/// Producers (graph order) with two users that share a group and may share a signature:
+/// equal known codes, or an unknown one among them. `user` gives a user's (group, code), or
+/// None for users stock never groups. One O(N + E log d) scan, d the largest fan-out.
+pub fn screen_producers(
+    t: &NodeTable<'_>,
+    user: impl Fn(usize) -> Option<(i64, UserCode)>,
+) -> Vec<i64> {
     let mut out = Vec::new();
-    let mut keys: Vec<i64> = Vec::new();
+    let mut keys: Vec<(i64, UserCode)> = Vec::new();
     for p in 0..t.len() {
         let users = t.users(p);
         if users.len() < 2 {
             continue;
         }
         keys.clear();
-        for &u in users {
-            let u = u as usize;
-            if t.op[u] != op::CALL_FUNCTION || t.target[u] < 0 {
-                continue;
-            }
-            let k = group_key[t.target[u] as usize];
-            if k >= 0 {
-                keys.push(k);
-            }
-        }
+        keys.extend(users.iter().filter_map(|&u| user(u as usize)));
         if keys.len() < 2 {
             continue;
         }
+        // Sorted, a group's unknown codes come first: a pair that may fuse is then adjacent.
         keys.sort_unstable();
-        if keys.windows(2).any(|w| w[0] == w[1]) {
+        if keys
+            .windows(2)
+            .any(|w| w[0].0 == w[1].0 && (w[0].1 == UserCode::Unknown || w[0].1 == w[1].1))
+        {
             out.push(p as i64);
         }
     }
-    Ok(out)
+    out
+}
+
+/// Target codes of the duplicate-user kernels' unit tests.
+#[cfg(test)]
+pub(crate) mod test_targets {
+    pub const ADD: i32 = 0;
+    pub const MUL: i32 = 1;
+    pub const RESCALE: i32 = 2;
+    /// A distinct target object with the same `str()` as ADD.
+    pub const ADD_ALIAS: i32 = 3;
 }
 
 #[cfg(test)]
 mod tests {
+    use super::test_targets::*;
     use super::*;
     use crate::synth;
-    use crate::table::{class, TableBuilder};
-
-    const ADD: i32 = 0;
-    const MUL: i32 = 1;
-    const RESCALE: i32 = 2;
-    const ADD_ALIAS: i32 = 3; // a distinct target object with the same str() as ADD
+    use crate::table::{class, op, TableBuilder};
 
     fn table() -> crate::table::OwnedTable {
         let mut b = TableBuilder::new(vec![class::ELEMENTWISE, class::ELEMENTWISE, 0, 0]);

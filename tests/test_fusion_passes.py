@@ -7,9 +7,8 @@ native entry points.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import dataclasses
+import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,13 @@ import pytest
 import torch
 from arm_accel import _native, stats
 from arm_accel.capture import stock_class as _maybe_swapped_class
+from arm_accel.fusion_replay import (
+    ACCELERATED,
+    as_class,
+    capture_lowering,
+    pass_pairs,
+    tosa_context,
+)
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -26,7 +32,7 @@ from arm_accel.passes import (
     remove_permutes_around_elementwise,
 )
 from arm_accel.passes.base import _stock_class
-from arm_accel.table import Cls, export_table
+from arm_accel.table import Cls, empty_columns, export_table
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
     CanonicalizeViewCopyPermutePass as BaseCanonicalize,
@@ -50,12 +56,10 @@ def stock_class(name: str) -> type:
     return _stock_class(_maybe_swapped_class(name))
 
 
+# The Arm RemovePermutes class needs an exported program (it declines without one): only the
+# captured tests, which carry one, run it.
 OURS: dict[str, type] = {
-    "CanonicalizeViewCopyPermutePass": canonicalize.CanonicalizeViewCopyPermutePass,
-    "FuseDuplicateUsersPass": fuse_duplicate_users.FuseDuplicateUsersPass,
-    "FuseIdenticalInputTransformsPass": (
-        fuse_identical_input_transforms.FuseIdenticalInputTransformsPass
-    ),
+    k: c for k, c in ACCELERATED.items() if k != "RemovePermutesAroundElementwiseTosaOps"
 }
 # Passes whose accelerated path calls a native kernel (the decline test injects failures there).
 NATIVE = ("CanonicalizeViewCopyPermutePass", "FuseDuplicateUsersPass")
@@ -73,11 +77,7 @@ BASE_PAIRS = [
 ]
 
 
-def _as(instance: Any, cls: type) -> Any:
-    """A shallow copy of a configured pass instance, re-classed (same constructor state)."""
-    new = cls.__new__(cls)
-    new.__dict__.update(copy.copy(instance.__dict__))
-    return new
+_as = as_class
 
 
 class _Retraces:
@@ -254,8 +254,9 @@ class RandomNet(torch.nn.Module):
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("name", list(OURS))
 def test_random_graphs_equal_stock(name: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    if seed % 2:  # odd seeds: Canonicalize takes the Rust kernel even for few members
+    if seed % 2:  # odd seeds: the Rust kernels even on small graphs
         monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)
+        monkeypatch.setattr(fuse_duplicate_users, "NATIVE_MIN_PRODUCERS", 0)
     net = RandomNet(seed)
     inputs = (torch.randn(4, 4), torch.randn(4, 4))
     differential(stock_class(name)(), OURS[name](), lambda: _edge(net, *inputs))
@@ -264,23 +265,39 @@ def test_random_graphs_equal_stock(name: str, seed: int, monkeypatch: pytest.Mon
 # -- captured real lowerings -----------------------------------------------------------------
 
 
-def tosa_context(records: list[Any]) -> Any:
-    """The TOSA lowering context of a captured lowering (TOSA ops re-trace only inside it)."""
-    from executorch.backends.arm.tosa.specification import TosaLoweringContext
-
-    for r in records:
-        spec = getattr(getattr(r.pass_instance, "compile_spec", None), "tosa_spec", None)
-        if spec is not None:
-            return TosaLoweringContext(spec)
-    return contextlib.nullcontext()
+CAPTURED_OURS = ACCELERATED
 
 
-CAPTURED_OURS = {
-    **OURS,
-    "RemovePermutesAroundElementwiseTosaOps": (
-        remove_permutes_around_elementwise.RemovePermutesAroundElementwiseTosaOps
-    ),
+#: Size thresholds between a Python path (small graphs) and the Rust kernel, per stats name.
+THRESHOLDS: dict[str, tuple[Any, str]] = {
+    "CanonicalizeViewCopyPermutePass": (canonicalize, "NATIVE_MIN_MEMBERS"),
+    "transforms.CanonicalizeViewCopyPermutePass": (canonicalize, "NATIVE_MIN_MEMBERS"),
+    "FuseDuplicateUsersPass": (fuse_duplicate_users, "NATIVE_MIN_PRODUCERS"),
+    "transforms.FuseDuplicateUsersPass": (fuse_duplicate_users, "NATIVE_MIN_PRODUCERS"),
 }
+
+
+def replay_differential(
+    name: str, records: list[Any], stock_cls: type, ours_cls: type, context: Any
+) -> None:
+    """Replay each record through stock and ours (``differential``); passes with a size
+    threshold run on both sides of it (the threshold as set, then 0: always the kernel)."""
+    module, attr = THRESHOLDS.get(name, (None, ""))
+    saved = getattr(module, attr, None)
+    with context:
+        for native_min in (saved, 0) if module else (None,):
+            if module:
+                setattr(module, attr, native_min)
+            try:
+                for record in records:
+                    differential(
+                        _as(record.pass_instance, stock_cls),
+                        _as(record.pass_instance, ours_cls),
+                        record.fresh_graph,
+                    )
+            finally:
+                if module:
+                    setattr(module, attr, saved)
 
 
 @pytest.mark.parametrize("name", list(CAPTURED_OURS))
@@ -292,22 +309,40 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
         # ArmOpTargetedPass.__call__ skips ``call`` when the graph holds no target op.
         pytest.skip("no add/sub/mul/.../cat/where in this graph: the pass manager skipped it")
     assert records, f"the lowering never ran {name}"
-    # Canonicalize: the Python walk (few members) and the Rust kernel, both.
-    native_mins = [canonicalize.NATIVE_MIN_MEMBERS]
-    if name == "CanonicalizeViewCopyPermutePass":
-        native_mins.append(0)
-    with tosa_context(captured):
-        for native_min in native_mins:
-            canonicalize.NATIVE_MIN_MEMBERS, saved = native_min, canonicalize.NATIVE_MIN_MEMBERS
-            try:
-                for record in records:
-                    differential(
-                        _as(record.pass_instance, stock_class(name)),
-                        _as(record.pass_instance, CAPTURED_OURS[name]),
-                        record.fresh_graph,
-                    )
-            finally:
-                canonicalize.NATIVE_MIN_MEMBERS = saved
+    replay_differential(
+        name, records, stock_class(name), CAPTURED_OURS[name], tosa_context(captured)
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("ARM_ACCEL_UPSTREAM") != "1",
+    reason="llama4 INT lowering (minutes): long run only, ARM_ACCEL_UPSTREAM=1",
+)
+def test_llama4_captured_graphs_equal_stock() -> None:
+    """Every graph the issue-3 passes receive in a real llama4 INT lowering, the Arm passes and
+    the transforms base classes the propagation passes call internally: ours == stock."""
+    records, mode = capture_lowering("llama4")
+    for r in records:
+        if r.pass_name.endswith("FuseDuplicateUsersPass"):
+            nodes = list(r.graph_module.graph.nodes)
+            multi = sum(len(n.users) > 1 for n in nodes)
+            print(f"{r.pass_name}: {len(nodes)} nodes, {multi} multi-user nodes")
+    replayed = {}
+    for name, ours_cls, stock_cls in pass_pairs():
+        recs = [r for r in records if r.pass_name == name]
+        replay_differential(name, recs, stock_cls, ours_cls, tosa_context(records, mode))
+        replayed[name] = len(recs)
+    # The passes a llama lowering runs at top level, and the propagation's nested ones.
+    for name in (
+        "CanonicalizeViewCopyPermutePass",
+        "FuseDuplicateUsersPass",
+        "FuseIdenticalInputTransformsPass",
+        "transforms.CanonicalizeViewCopyPermutePass",
+        "transforms.FuseDuplicateUsersPass",
+    ):
+        assert replayed[name], (name, replayed)
+    print("llama4 replayed calls:", replayed)
 
 
 # -- the kernels against the stock helpers --------------------------------------------------
@@ -364,13 +399,8 @@ def test_collect_chains_declines_a_node_joining_two_chains() -> None:
         in_idx=np.array([0, 0, 1, 2], dtype=np.int64),
         user_ptr=np.array([0, 2, 3, 4, 4], dtype=np.int64),
         user_idx=np.array([1, 2, 3, 3], dtype=np.int64),
-        rank=np.full(n, -1, dtype=np.int32),
-        shape_ptr=np.zeros(n + 1, dtype=np.int64),
-        shape=np.zeros(0, dtype=np.int64),
-        dtype=np.full(n, -1, dtype=np.int32),
-        iarg_ptr=np.zeros(n + 1, dtype=np.int64),
-        iarg=np.zeros(0, dtype=np.int64),
         flags=np.full(n, 8, dtype=np.uint32),
+        **empty_columns(n),
     )
     assert _native.table_counts(fake)["nodes"] == n
     with pytest.raises(ValueError, match="^decline:"):
@@ -407,9 +437,10 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
     def boom(*_: Any) -> Any:
         raise ValueError("decline: injected")
 
-    monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)  # always the kernel
+    monkeypatch.setattr(canonicalize, "NATIVE_MIN_MEMBERS", 0)  # always the kernels
+    monkeypatch.setattr(fuse_duplicate_users, "NATIVE_MIN_PRODUCERS", 0)
     monkeypatch.setattr(_native, "collect_chains", boom)
-    monkeypatch.setattr(_native, "duplicate_user_candidates", boom)
+    monkeypatch.setattr(_native, "user_signatures", boom)
     for name in NATIVE:
         cls = OURS[name]
         stats.reset()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from arm_accel import stats
+from arm_accel.fusion_replay import ACCELERATED
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -58,16 +59,7 @@ _UNITTEST_SWAPS: dict[str, dict[str, type]] = {
 }
 # Where the Arm pass manager looks the classes up.
 _MANAGER = "executorch.backends.arm._passes.arm_pass_manager"
-_MANAGER_SWAPS: dict[str, type] = {
-    "CanonicalizeViewCopyPermutePass": canonicalize.CanonicalizeViewCopyPermutePass,
-    "FuseDuplicateUsersPass": fuse_duplicate_users.FuseDuplicateUsersPass,
-    "RemovePermutesAroundElementwiseTosaOps": (
-        remove_permutes_around_elementwise.RemovePermutesAroundElementwiseTosaOps
-    ),
-    "FuseIdenticalInputTransformsPass": (
-        fuse_identical_input_transforms.FuseIdenticalInputTransformsPass
-    ),
-}
+_MANAGER_SWAPS: dict[str, type] = ACCELERATED
 _OUR_NAMES = (
     *_MANAGER_SWAPS,
     "transforms.FuseIdenticalInputTransformsPass",

@@ -47,5 +47,17 @@ def duplicate_user_candidates(
     ``group_key`` has one int64 per target code; negative keys mark targets never fused.
     """
 
+def user_signatures(
+    table: _Table, group_key: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Interned duplicate-user signatures and the producers whose visit may fuse.
+
+    Reads each node's token stream from the ``iarg`` CSR (``OPAQUE_ARGS``: not modelled).
+    Returns ``(code, candidates)``: ``code`` per node is >= 0 (equal codes: equal stock
+    signatures within one group key), -1 (not grouped: not call_function or excluded key) or
+    -2 (opaque: Python must answer); ``candidates`` are producers (graph order) with two users
+    of one group whose codes are equal, or a group holding an opaque user.
+    """
+
 def constant_mask(table: _Table) -> npt.NDArray[np.bool_]:
     """Per-node constant membership from the table's CONSTANT flags."""

@@ -7,6 +7,7 @@ The column names, dtypes and bit values mirror ``rust/table.rs``; keep the two i
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import itertools
 import operator
@@ -482,16 +483,44 @@ def export_light(
         in_idx=in_idx,
         user_ptr=user_ptr,
         user_idx=user_idx,
-        rank=np.full(n, -1, dtype=np.int32),
-        shape_ptr=np.zeros(n + 1, dtype=np.int64),
-        shape=np.zeros(0, dtype=np.int64),
-        dtype=np.full(n, -1, dtype=np.int32),
-        iarg_ptr=np.zeros(n + 1, dtype=np.int64),
-        iarg=np.zeros(0, dtype=np.int64),
         flags=flags,
         nodes=nodes,
         targets=targets,
         light=True,
+        **empty_columns(n),
+    )
+
+
+def empty_columns(n: int) -> dict[str, np.ndarray]:
+    """The columns a light table leaves empty, for ``n`` nodes: rank and dtype -1, no shape
+    rows, no integer arguments."""
+    return {
+        "rank": np.full(n, -1, dtype=np.int32),
+        "shape_ptr": np.zeros(n + 1, dtype=np.int64),
+        "shape": np.zeros(0, dtype=np.int64),
+        "dtype": np.full(n, -1, dtype=np.int32),
+        "iarg_ptr": np.zeros(n + 1, dtype=np.int64),
+        "iarg": np.zeros(0, dtype=np.int64),
+    }
+
+
+def with_int_args(table: NodeTable, rows: Sequence[Sequence[int] | None]) -> NodeTable:
+    """``table`` with its integer-argument CSR set to ``rows`` (one per node); a None row sets
+    OPAQUE_ARGS on that node (its arguments are not modelled) and stands for no integers.
+
+    The kernel reading the table defines what the integers encode (see ``rust/signature.rs``).
+    """
+    n = len(table)
+    if len(rows) != n:
+        raise ValueError(f"with_int_args: {len(rows)} rows for {n} nodes")
+    opaque = np.fromiter(map(operator.is_, rows, itertools.repeat(None)), dtype=bool, count=n)
+    present = [r if r is not None else () for r in rows]
+    iarg_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, present), np.int64, n), out=iarg_ptr[1:])
+    iarg = np.fromiter(itertools.chain.from_iterable(present), np.int64, int(iarg_ptr[-1]))
+    flags = table.flags | np.where(opaque, np.uint32(Flag.OPAQUE_ARGS), np.uint32(0))
+    return dataclasses.replace(
+        table, iarg_ptr=iarg_ptr, iarg=iarg, flags=flags.astype(np.uint32), light=table.light
     )
 
 

@@ -29,6 +29,7 @@ from torch import fx
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.passes.kernels import run_kernel
 from arm_accel.table import Cls, call_nodes_with_targets, export_light, with_users
 
 logger = logging.getLogger("arm_accel")
@@ -106,10 +107,7 @@ def collect_chains(
         chain_classifier(view_target, permute_targets),
         nodes=with_users(members),
     )
-    try:
-        ptr, ids = _native.collect_chains(table, _MEMBER)
-    except ValueError as exc:
-        raise Decline(f"collect_chains: {exc}") from exc
+    ptr, ids = run_kernel(_native.collect_chains, table, _MEMBER)
     nodes = table.nodes
     flat = [nodes[i] for i in ids.tolist()]
     bounds = ptr.tolist()
@@ -153,8 +151,12 @@ class AccelCanonicalizeMixin(AcceleratedPass):
 class CanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _ArmCanonicalize):
     """Arm configuration, accelerated."""
 
+    _arm_accel_stock = _ArmCanonicalize  # stock class without an MRO walk per call
+
 
 class BaseCanonicalizeViewCopyPermutePass(AccelCanonicalizeMixin, _BaseCanonicalize):
     """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    _arm_accel_stock = _BaseCanonicalize  # stock class without an MRO walk per call
 
     accel_name = "transforms.CanonicalizeViewCopyPermutePass"

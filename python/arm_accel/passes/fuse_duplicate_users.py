@@ -4,18 +4,30 @@ Stock queues every node as a producer, and re-queues the producer and the surviv
 every single fusion, without dedup; each visit groups the producer's users by target and builds
 a signature of every grouped user. Here:
 
-- Rust screens the producers once (``_native.duplicate_user_candidates``): a visit can only fuse
-  when two ``call_function`` users share a non-excluded target key (stock's ``str(target)``), so
-  the initial pass over the queue visits only those producers, plus any node that has since
-  become a fused representative (the only way a node gains users).
+- The producers are screened once. A visit can only fuse when two ``call_function`` users share
+  a non-excluded target key (stock's ``str(target)``) and an equal signature. On graphs with at
+  least ``NATIVE_MIN_PRODUCERS`` multi-user nodes, Rust interns each user's signature from
+  a token stream of its arguments (``signature_tokens``; ``_native.user_signatures``) and keeps
+  the producers with two equal codes in one group, or with a user whose arguments it does not
+  model (Python answers for those). Below that, the screen is by target key, in Python: the
+  table export and the native call cost more than they save there.
+- The initial sweep visits only the screened producers, plus any node whose users changed
+  since (a fused representative gains users; the inputs of a rewired consumer see its new
+  arguments).
 - Revisits keep stock's queue order, but a queued producer whose neighbourhood has not changed
   since a visit of it that fused nothing is skipped: that visit would see the same users, the
   same arguments, and fuse nothing again. Every edit bumps a version on the nodes whose visit it
   can affect (the inputs of the erased user, of each rewired consumer, and the representative).
+- Visits compare codes: the Rust ones where every user of a group has one and its arguments
+  have not changed since the export; on the Python screen, token tuples encoded when first
+  needed and kept until the user's arguments change (stock rebuilds every signature on every
+  visit). A group holding a user the tokens do not model uses stock's own signatures, for the
+  whole group. Stock's target keys (``str(target)``, formatted per user per visit in stock)
+  are memoized across calls.
 
-Both rules only skip visits that are no-ops in stock, so the fusions happen in stock's order
-and the graph equals stock's. The grouping and signatures are stock's own methods. One
-``ExportPass``/``ArmPass`` re-trace when modified, none otherwise; no ``recompile()``.
+All rules only skip visits that are no-ops in stock, so the fusions happen in stock's order and
+the graph equals stock's. One ``ExportPass``/``ArmPass`` re-trace when modified, none otherwise;
+no ``recompile()``.
 """
 
 from __future__ import annotations
@@ -23,8 +35,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
+import struct
 from collections import deque
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -40,7 +55,8 @@ from torch.fx.node import map_arg
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
-from arm_accel.table import _get_users, export_light, with_users
+from arm_accel.passes.kernels import no_class, run_kernel
+from arm_accel.table import _get_users, export_light, with_int_args, with_users
 
 logger = logging.getLogger("arm_accel")
 
@@ -49,9 +65,88 @@ logger = logging.getLogger("arm_accel")
 _ArmFuse = _stock_class(__ArmFuse_maybe_swapped)
 _BaseFuse = _stock_class(__BaseFuse_maybe_swapped)
 
+#: From this many multi-user nodes on, the screen runs in Rust on interned signatures; below
+#: it, by target key in Python, and visits compare token tuples encoded lazily. Chosen from
+#: ``benches/fusion_passes.py`` (see ``tests/test_fusion_passes.py`` for both paths).
+NATIVE_MIN_PRODUCERS = 256
 
-def _no_class(_target: Any) -> int:
-    return 0
+# Token tags of ``signature_tokens`` (the kernel only compares streams; see rust/signature.rs).
+TOK_INT, TOK_NODE, TOK_NONE, TOK_SEQ, TOK_FLOAT, TOK_KWARGS, TOK_KEY = range(7)
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_MISSING: Any = object()
+_double_bits = struct.Struct("<d")
+_int64 = struct.Struct("<q")
+
+
+class _Opaque(Exception):  # noqa: N818 - control flow: a leaf the tokens do not model
+    pass
+
+
+def _leaf_tokens(value: Any, order: dict[fx.Node, int], out: list[int]) -> None:
+    """Append the tokens of one normalized argument. Equal streams exactly when stock's
+    ``_to_hashable(map_arg(value, node.name))`` are equal: bools and integral floats are the
+    ints they equal, lists and tuples are both sequences, a node is its (unique) name."""
+    kind = type(value)
+    if kind is int or kind is bool:
+        if not _I64_MIN <= value <= _I64_MAX:
+            raise _Opaque
+        out += (TOK_INT, int(value))
+    elif isinstance(value, fx.Node):
+        out += (TOK_NODE, order[value])
+    elif value is None:
+        out += (TOK_NONE, 0)
+    elif kind is float:
+        if math.isnan(value):
+            raise _Opaque  # nan != nan
+        if value.is_integer() and _I64_MIN <= value <= _I64_MAX:
+            out += (TOK_INT, int(value))
+        else:
+            out += (TOK_FLOAT, _int64.unpack(_double_bits.pack(value))[0])
+    elif isinstance(value, (list, tuple)):
+        out += (TOK_SEQ, len(value))
+        for v in value:
+            _leaf_tokens(v, order, out)
+    else:
+        raise _Opaque
+
+
+def signature_tokens(
+    node: fx.Node, order: dict[fx.Node, int], kwarg_keys: dict[Hashable, int]
+) -> list[int] | None:
+    """The token stream of ``node``'s arguments (stock's normalized args, then kwargs sorted by
+    ``repr`` of the key), or None if an argument holds a leaf the tokens do not model.
+    ``order`` numbers the graph's nodes; ``kwarg_keys`` interns kwarg names (shared per call)."""
+    out = [TOK_SEQ, len(node.args)]
+    try:
+        for a in node.args:
+            _leaf_tokens(a, order, out)
+        kwargs = node.kwargs
+        out += (TOK_KWARGS, len(kwargs))
+        if kwargs:
+            for k, v in sorted(kwargs.items(), key=lambda item: repr(item[0])):
+                out += (TOK_KEY, kwarg_keys.setdefault(k, len(kwarg_keys)))
+                _leaf_tokens(v, order, out)
+    except (_Opaque, KeyError, TypeError):
+        return None
+    return out
+
+
+@dataclass
+class DuplicateUsersPlan:
+    """The initial sweep's producers (graph order), the graph order of every node, and the
+    users' signature codes: interned ints from Rust (users it modelled, as exported), or filled
+    lazily with token tuples (``lazy``; None for a user the tokens do not model), or None when a
+    subclass overrides stock's signatures (then only stock's own methods answer)."""
+
+    producers: list[fx.Node]
+    order: dict[fx.Node, int]
+    codes: dict[fx.Node, Hashable] | None
+    lazy: bool = False
+
+
+#: Stock ``_get_target_key`` per target, kept across calls: ``str()`` of an op overload is
+#: fixed for its lifetime, and stock formats it for every grouped user of every visit.
+_STOCK_TARGET_KEYS: dict[Any, Hashable] = {}
 
 
 class AccelFuseDuplicateUsersMixin(AcceleratedPass):
@@ -59,50 +154,121 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
     _recompile_before_retrace = False
 
-    def accel_plan(self, graph_module: fx.GraphModule) -> list[fx.Node]:
-        """The screened producers, in graph order (empty: stock's run fuses nothing)."""
+    def accel_plan(self, graph_module: fx.GraphModule) -> DuplicateUsersPlan | None:
+        """The screened producers (None: stock's run fuses nothing)."""
         nodes = list(graph_module.graph.nodes)
         # A visit with fewer than two users is a no-op: only these producers can fuse.
         multi = list(itertools.compress(nodes, map((2).__le__, map(len, map(_get_users, nodes)))))
         if not multi:
-            return []
-        table = export_light(graph_module, _no_class, nodes=with_users(multi))
+            return None
+        order = dict(zip(nodes, range(len(nodes)), strict=True))
+        stock_signatures = self._stock_signatures()
+        if len(multi) < NATIVE_MIN_PRODUCERS or not stock_signatures:
+            producers = self._screen_by_key(multi)
+            if not producers:
+                return None
+            return DuplicateUsersPlan(
+                producers, order, {} if stock_signatures else None, lazy=stock_signatures
+            )
+        subset = with_users(multi)
+        table = export_light(graph_module, no_class, nodes=subset)
+        keys = self._group_keys(table.targets)
+        kwarg_keys: dict[Hashable, int] = {}
+        rows = [
+            signature_tokens(n, order, kwarg_keys) if n.op == "call_function" else []
+            for n in subset
+        ]
+        code, candidates = run_kernel(_native.user_signatures, with_int_args(table, rows), keys)
+        if not len(candidates):
+            return None
+        codes: dict[fx.Node, Hashable] = {
+            n: c for n, c in zip(subset, code.tolist(), strict=True) if c >= 0
+        }
+        return DuplicateUsersPlan([subset[i] for i in candidates.tolist()], order, codes)
+
+    def _group_keys(self, targets: list[Any]) -> np.ndarray:
+        """Interned ``_get_target_key`` per target code; -1 for excluded targets."""
         interned: dict[Hashable, int] = {}
-        keys = np.empty(len(table.targets), dtype=np.int64)
-        for code, target in enumerate(table.targets):
+        keys = np.empty(len(targets), dtype=np.int64)
+        key_of = self._target_key_cache()
+        for code, target in enumerate(targets):
             if target in self._excluded_targets:
                 keys[code] = -1
                 continue
             try:
-                key = self._get_target_key(target)
-                keys[code] = interned.setdefault(key, len(interned))
+                keys[code] = interned.setdefault(key_of(target), len(interned))
             except TypeError as exc:  # unhashable target key
                 raise Decline("unhashable target key") from exc
-        try:
-            candidates = _native.duplicate_user_candidates(table, keys)
-        except ValueError as exc:
-            raise Decline(f"duplicate_user_candidates: {exc}") from exc
-        sub = table.nodes
-        return [sub[i] for i in candidates.tolist()]
+        return keys
+
+    def _screen_by_key(self, multi: list[fx.Node]) -> list[fx.Node]:
+        """The producers with two ``call_function`` users sharing a non-excluded target key
+        (``_native.duplicate_user_candidates`` in Python, for small graphs)."""
+        excluded = self._excluded_targets
+        key_of = self._target_key_cache()
+        out = []
+        for p in multi:
+            seen: set[Hashable] = set()
+            for u in p.users:
+                if u.op != "call_function" or u.target in excluded:
+                    continue
+                k = key_of(u.target)
+                if k in seen:
+                    out.append(p)
+                    break
+                seen.add(k)
+        return out
+
+    def _target_key_cache(self) -> Any:
+        """``_get_target_key`` memoized: across calls for stock's, else for this call."""
+        get_target_key = self._get_target_key
+        stock = type(self)._get_target_key is _BaseFuse._get_target_key
+        keys: dict[Any, Hashable] = _STOCK_TARGET_KEYS if stock else {}
+
+        def key_of(target: Any) -> Hashable:
+            try:
+                key = keys.get(target, keys)
+            except TypeError:  # unhashable target: no memo
+                return get_target_key(target)
+            if key is keys:
+                key = keys[target] = get_target_key(target)
+            return key
+
+        return key_of
+
+    def _stock_signatures(self) -> bool:
+        """Whether grouping and signatures are stock's (else the tokens would not match them)."""
+        cls = type(self)
+        return not any(
+            getattr(cls, m) is not getattr(_BaseFuse, m)
+            for m in (
+                "_get_candidate_groups",
+                "_build_user_signature",
+                "_get_target_key",
+                "_to_hashable",
+                "_map_leaf_to_key",
+            )
+        )
 
     def accel_apply(
-        self, graph_module: fx.GraphModule, plan: list[fx.Node], journal: GraphJournal
+        self, graph_module: fx.GraphModule, plan: DuplicateUsersPlan | None, journal: GraphJournal
     ) -> Any:
         # Edits go straight through fx, in stock's order; nothing to journal.
         journal.commit(recompile=False)
-        if not plan:
+        if plan is None:
             return PassResult(graph_module, False)
         graph = graph_module.graph
         modified = False
 
-        node_order = {node: index for index, node in enumerate(graph.nodes)}
+        node_order = plan.order
+        codes = plan.codes
         version: dict[fx.Node, int] = {}  # bumped when a node's visit could change
         noop_at: dict[fx.Node, int] = {}  # version at the end of a visit that fused nothing
         revisits: deque[fx.Node] = deque()
         # Stock's initial sweep visits every node in graph order; only the screened ones and
-        # those that become a representative later in the sweep (the only way to gain users)
-        # can fuse. ``sweep`` holds their positions; ``pending`` what is in it.
-        pending = {node_order[p]: p for p in plan}
+        # those whose users change later in the sweep can fuse. ``sweep`` holds their
+        # positions; ``pending`` what is in it.
+        pending = {node_order[p]: p for p in plan.producers}
         sweep = list(pending)
         heapq.heapify(sweep)
         position = -1
@@ -112,6 +278,31 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
         def bump(n: fx.Node) -> None:
             version[n] = version.get(n, 0) + 1
+            pos = node_order[n]
+            if sweeping and pos > position and pos not in pending:
+                # Not yet reached by the initial sweep, which now visits it.
+                pending[pos] = n
+                heapq.heappush(sweep, pos)
+
+        lazy = plan.lazy
+        kwarg_keys: dict[Hashable, int] = {}
+
+        def signatures(group: list[fx.Node]) -> list[Hashable]:
+            """The group's signatures, one kind for the whole group: codes where every user
+            has one, else stock's own (which then also answers for the modelled users)."""
+            if codes is not None:
+                out = []
+                for u in group:
+                    c = codes.get(u, _MISSING)
+                    if c is _MISSING and lazy:
+                        tokens = signature_tokens(u, node_order, kwarg_keys)
+                        c = codes[u] = None if tokens is None else tuple(tokens)
+                    if c is _MISSING or c is None:
+                        break
+                    out.append(c)
+                else:
+                    return out
+            return [signature_of(u) for u in group]
 
         while True:
             if sweep:
@@ -134,10 +325,10 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
             candidate_groups = group_users(node_order, user_nodes)
             fused_here = False
-            signature_to_user: dict[tuple[Hashable, ...], fx.Node] = {}
             for group in candidate_groups:
-                for user in group:
-                    signature = signature_of(user)
+                # Per group: stock's signatures hold the target key, so groups never share one.
+                signature_to_user: dict[Hashable, fx.Node] = {}
+                for user, signature in zip(group, signatures(group), strict=True):
                     if signature is None:
                         continue
                     representative = signature_to_user.get(signature)
@@ -149,17 +340,15 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 
                     for n in user.all_input_nodes:
                         bump(n)
-                    for consumer in user.users:
+                    consumers = list(user.users)
+                    user.replace_all_uses_with(representative)
+                    graph.erase_node(user)
+                    for consumer in consumers:
+                        if codes is not None:
+                            codes.pop(consumer, None)  # its arguments changed: re-encode
                         for n in consumer.all_input_nodes:
                             bump(n)
                     bump(representative)
-                    user.replace_all_uses_with(representative)
-                    graph.erase_node(user)
-                    rep_pos = node_order[representative]
-                    if sweeping and rep_pos > position and rep_pos not in pending:
-                        # Not yet reached by the initial sweep, which now visits it.
-                        pending[rep_pos] = representative
-                        heapq.heappush(sweep, rep_pos)
                     modified = True
                     fused_here = True
 
@@ -185,15 +374,8 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         ):
             return self._get_candidate_groups, self._build_user_signature
 
-        keys: dict[Any, Hashable] = {}
         excluded = self._excluded_targets
-        get_target_key = self._get_target_key
-
-        def key_of(target: Any) -> Hashable:
-            key = keys.get(target, keys)
-            if key is keys:
-                key = keys[target] = get_target_key(target)
-            return key
+        key_of = self._target_key_cache()
 
         def group_users(
             node_order: dict[fx.Node, int], user_nodes: list[fx.Node]
@@ -230,8 +412,12 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
 class FuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _ArmFuse):
     """Arm/TOSA configuration (RESCALE excluded), accelerated."""
 
+    _arm_accel_stock = _ArmFuse  # stock class without an MRO walk per call
+
 
 class BaseFuseDuplicateUsersPass(AccelFuseDuplicateUsersMixin, _BaseFuse):
     """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    _arm_accel_stock = _BaseFuse  # stock class without an MRO walk per call
 
     accel_name = "transforms.FuseDuplicateUsersPass"

@@ -136,8 +136,12 @@ class AccelFuseIdenticalInputTransformsMixin(AcceleratedPass):
 class FuseIdenticalInputTransformsPass(AccelFuseIdenticalInputTransformsMixin, _ArmFuse):
     """Arm configuration, accelerated."""
 
+    _arm_accel_stock = _ArmFuse  # stock class without an MRO walk per call
+
 
 class BaseFuseIdenticalInputTransformsPass(AccelFuseIdenticalInputTransformsMixin, _BaseFuse):
     """``backends.transforms`` configuration (as the propagation passes use it), accelerated."""
+
+    _arm_accel_stock = _BaseFuse  # stock class without an MRO walk per call
 
     accel_name = "transforms.FuseIdenticalInputTransformsPass"

@@ -35,16 +35,13 @@ from torch import fx
 
 from arm_accel import _native
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.passes.kernels import no_class, run_kernel
 from arm_accel.table import call_nodes_with_targets, constant_names, export_light
 
 logger = logging.getLogger("arm_accel")
 
 _ArmRemove = _stock_class(_ArmRemoveImported)
 _BaseRemove = _stock_class(_BaseRemoveImported)
-
-
-def _no_class(_target: Any) -> int:
-    return 0
 
 
 class AccelRemovePermutesMixin(AcceleratedPass):
@@ -78,11 +75,8 @@ class AccelRemovePermutesMixin(AcceleratedPass):
                 *graph.find_nodes(op="get_attr", sort=False),
             ]
         )
-        table = export_light(graph_module, _no_class, names, nodes=leaves)
-        try:
-            mask = _native.constant_mask(table)
-        except ValueError as exc:
-            raise Decline(f"constant_mask: {exc}") from exc
+        table = export_light(graph_module, no_class, names, nodes=leaves)
+        mask = run_kernel(_native.constant_mask, table)
         consts = set(itertools.compress(table.nodes, mask.tolist()))
         return permutes, consts, names
 
@@ -147,9 +141,13 @@ class AccelRemovePermutesMixin(AcceleratedPass):
 class RemovePermutesAroundElementwiseTosaOps(AccelRemovePermutesMixin, _ArmRemove):
     """Arm/TOSA configuration, accelerated."""
 
+    _arm_accel_stock = _ArmRemove  # stock class without an MRO walk per call
+
 
 class BaseRemovePermutesAroundElementwiseOps(AccelRemovePermutesMixin, _BaseRemove):
     """``backends.transforms`` configuration: the permute-only scan and no recompile (its
     ``_is_constant`` is stock's name rules, already O(1) per node)."""
+
+    _arm_accel_stock = _BaseRemove  # stock class without an MRO walk per call
 
     accel_name = "transforms.RemovePermutesAroundElementwiseOps"

@@ -1,0 +1,25 @@
+"""The plan step the issue-3 passes share: run one kernel on an exported node table and turn
+its ValueError (a table or graph it does not model) into a :class:`Decline`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from arm_accel.passes.base import Decline
+from arm_accel.table import NodeTable
+
+T = TypeVar("T")
+
+
+def no_class(_target: Any) -> int:
+    """Classifier for kernels that read no target class."""
+    return 0
+
+
+def run_kernel(kernel: Callable[..., T], table: NodeTable, *args: Any) -> T:
+    """``kernel(table, *args)``; a ValueError from it declines, naming the kernel."""
+    try:
+        return kernel(table, *args)
+    except ValueError as exc:
+        raise Decline(f"{getattr(kernel, '__name__', 'kernel')}: {exc}") from exc
