@@ -5,11 +5,14 @@
 //! behind the `python` feature that only maturin turns on.
 
 pub mod chains;
+pub mod dims;
 pub mod membership;
 pub mod signature;
 pub mod synth;
 pub mod table;
 pub mod worklist;
 
+#[cfg(feature = "python")]
+mod py_propagate;
 #[cfg(feature = "python")]
 mod python;

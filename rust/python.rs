@@ -226,5 +226,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(duplicate_user_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(user_signatures, m)?)?;
     m.add_function(wrap_pyfunction!(constant_mask, m)?)?;
+    crate::py_propagate::register(m)?;
     Ok(())
 }

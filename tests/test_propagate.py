@@ -141,7 +141,10 @@ def test_fusion_virtual_retrace_equals_export_pass_retrace() -> None:
     fusion = propagate._virtualized(FuseDuplicateUsersPass)()
     assert isinstance(fusion, propagate._VirtualRetraceBase)
     fusion._arm_accel_tracker = VirtualRetracer(virtual_gm)
-    virtual = fusion.call(virtual_gm)
+    try:
+        virtual = fusion.call(virtual_gm)
+    finally:
+        fusion._arm_accel_tracker = None
     assert virtual.modified and virtual.graph_module is virtual_gm
     assert any(n.target == neg for n in virtual_gm.graph.nodes), "dead node must survive"
     assert_graphs_equal(real.graph_module, virtual_gm)
@@ -302,3 +305,26 @@ def test_upstream_modules() -> None:
     assert snapshot["PropagateViewCopyPermuteUpPass"]["accelerated"] > 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ARM_ACCEL_DIFFERENTIAL "))
     assert json.loads(line.removeprefix("ARM_ACCEL_DIFFERENTIAL "))["compared"] > 0
+
+
+def test_fusion_tracker_is_per_thread() -> None:
+    """A tracker set for a fusion in one thread is invisible to another thread (two lowerings
+    at once must not apply each other's virtual re-traces)."""
+    import threading
+
+    from arm_accel.retrace import VirtualRetracer
+    from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
+
+    fusion = propagate._virtualized(FuseDuplicateUsersPass)()
+    gm = _edge_graph(_DuplicateUsers(), (torch.randn(2, 3, 4),))
+    fusion._set_tracker(VirtualRetracer(gm), "owner")
+    seen: list[object] = []
+    other = threading.Thread(target=lambda: seen.append(fusion._arm_accel_tracker))
+    other.start()
+    other.join()
+    try:
+        assert fusion._arm_accel_tracker is not None and fusion._arm_accel_owner == "owner"
+        assert seen == [None]
+    finally:
+        fusion._arm_accel_tracker = None
+    assert fusion._arm_accel_tracker is None

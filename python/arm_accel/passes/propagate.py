@@ -16,6 +16,7 @@ which is what stock does at that point.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -57,12 +58,40 @@ _GENERIC_FUSE_VERTICAL = _generic.PropagateViewCopyPermutePass.fuse_vertical
 ELIDE_FUSION_RETRACES = True
 
 
+# Per-thread state: two threads lowering at once must not see each other's trackers or flags.
+# Keyed by ``id`` of the fusion / pass instance; entries live only for the duration of a call.
+class _ThreadState(threading.local):
+    def __init__(self) -> None:
+        self.fusion_trackers: dict[int, tuple[VirtualRetracer, str]] = {}
+        self.call_flags: dict[int, tuple[bool, bool]] = {}
+
+
+_state = _ThreadState()
+
+
 class _VirtualRetraceBase(ExportPass):
     """Placed right before ``ExportPass`` in a fusion pass's MRO: the fusion's closing
     ``super().call(graph_module)`` re-trace becomes a virtual one."""
 
-    _arm_accel_tracker: VirtualRetracer | None = None
-    _arm_accel_owner: str = ""
+    @property
+    def _arm_accel_tracker(self) -> VirtualRetracer | None:
+        entry = _state.fusion_trackers.get(id(self))
+        return entry[0] if entry is not None else None
+
+    @_arm_accel_tracker.setter
+    def _arm_accel_tracker(self, tracker: VirtualRetracer | None) -> None:
+        if tracker is None:
+            _state.fusion_trackers.pop(id(self), None)
+        else:
+            _state.fusion_trackers[id(self)] = (tracker, self._arm_accel_owner)
+
+    @property
+    def _arm_accel_owner(self) -> str:
+        entry = _state.fusion_trackers.get(id(self))
+        return entry[1] if entry is not None else ""
+
+    def _set_tracker(self, tracker: VirtualRetracer, owner: str) -> None:
+        _state.fusion_trackers[id(self)] = (tracker, owner)
 
     def call(self, graph_module: fx.GraphModule) -> PassResult:
         tracker = self._arm_accel_tracker
@@ -77,16 +106,18 @@ class _VirtualRetraceBase(ExportPass):
 
 
 _VIRTUAL_VARIANTS: dict[type, type] = {}
+_VARIANTS_LOCK = threading.Lock()
 
 
 def _virtualized(cls: type) -> type:
-    variant = _VIRTUAL_VARIANTS.get(cls)
-    if variant is None:
-        variant = type(f"Virtual{cls.__name__}", (cls, _VirtualRetraceBase), {})
-        mro = variant.__mro__
-        if mro.index(_VirtualRetraceBase) != mro.index(ExportPass) - 1:
-            variant = cls  # cannot interpose: keep the real re-trace
-        _VIRTUAL_VARIANTS[cls] = variant
+    with _VARIANTS_LOCK:  # one variant per class, also when two threads ask first
+        variant = _VIRTUAL_VARIANTS.get(cls)
+        if variant is None:
+            variant = type(f"Virtual{cls.__name__}", (cls, _VirtualRetraceBase), {})
+            mro = variant.__mro__
+            if mro.index(_VirtualRetraceBase) != mro.index(ExportPass) - 1:
+                variant = cls  # cannot interpose: keep the real re-trace
+            _VIRTUAL_VARIANTS[cls] = variant
     return variant
 
 
@@ -95,19 +126,35 @@ class _AcceleratedPropagation:
 
     _stock_name: str
 
+    # ``active``: inside an accelerated call; ``exact``: values are exact (a re-trace, real or
+    # virtual, ran in this call). Per thread and per instance (see ``_ThreadState``).
+    @property
+    def _arm_accel_active(self) -> bool:
+        return _state.call_flags.get(id(self), (False, False))[0]
+
+    @property
+    def _arm_accel_exact(self) -> bool:
+        return _state.call_flags.get(id(self), (False, False))[1]
+
+    @_arm_accel_exact.setter
+    def _arm_accel_exact(self, exact: bool) -> None:
+        _state.call_flags[id(self)] = (self._arm_accel_active, exact)
+
     def _run_fusion(self, fusion: Any, graph_module: fx.GraphModule) -> PassResult:
         # Only on the accelerated path: a stock run (decline, switch off) keeps real re-traces.
-        active = getattr(self, "_arm_accel_active", False)
-        exact = getattr(self, "_arm_accel_exact", False)
-        if isinstance(fusion, _VirtualRetraceBase):
-            fusion._arm_accel_tracker = None
-            if active and ELIDE_FUSION_RETRACES:
-                try:
-                    fusion._arm_accel_tracker = VirtualRetracer(graph_module, full=not exact)
-                    fusion._arm_accel_owner = self._stock_name
-                except VirtualRetraceUnsupported:
-                    pass
-        result = fusion.call(graph_module)
+        active = self._arm_accel_active
+        exact = self._arm_accel_exact
+        virtual = isinstance(fusion, _VirtualRetraceBase)
+        if virtual and active and ELIDE_FUSION_RETRACES:
+            try:
+                fusion._set_tracker(VirtualRetracer(graph_module, full=not exact), self._stock_name)
+            except VirtualRetraceUnsupported:
+                pass
+        try:
+            result = fusion.call(graph_module)
+        finally:
+            if virtual:
+                fusion._arm_accel_tracker = None
         if active and result.modified:
             self._arm_accel_exact = True  # re-traced, really or virtually from exact values
         return result
@@ -175,14 +222,12 @@ class _AcceleratedPropagation:
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
-                self._arm_accel_active = True
                 # No re-trace yet: the first one, real or virtual, recomputes every value.
-                self._arm_accel_exact = False
+                _state.call_flags[id(self)] = (True, False)
                 try:
                     result = self._accelerated_call(graph_module)
                 finally:
-                    self._arm_accel_active = False
-                    self._arm_accel_exact = False
+                    _state.call_flags.pop(id(self), None)
         stats.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
         return result
 
@@ -236,7 +281,7 @@ class _AcceleratedPropagation:
         return PassResult(graph_module, modified)
 
     def _virtual_retrace(self, tracker: VirtualRetracer) -> fx.GraphModule:
-        if not getattr(self, "_arm_accel_exact", True):
+        if not self._arm_accel_exact:
             tracker.full = True  # the first re-trace of this call refreshes every value
         self._arm_accel_exact = True
         try:
