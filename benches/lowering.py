@@ -190,6 +190,30 @@ def write_csv(path: str, results: list[Result]) -> None:
             w.writerow(asdict(r))
 
 
+def read_csv(path: str) -> list[Result]:
+    """Rows written by :func:`write_csv`, typed again."""
+    kinds = {f.name: f.type for f in fields(Result)}
+    convert = {"int": int, "float": float, "bool": lambda v: v == "True", "str": str}
+    rows = []
+    with open(path, newline="") as f:
+        for raw in csv.DictReader(f):
+            row: dict[str, Any] = {}
+            for k, v in raw.items():
+                kind = kinds[k].replace(" | None", "")
+                row[k] = None if v == "" and "None" in kinds[k] else convert[kind](v)
+            rows.append(Result(**row))
+    return rows
+
+
+def merge_csvs(paths: list[str]) -> list[Result]:
+    """Rows of several runs; a later file's row replaces an earlier one of the same model."""
+    merged: dict[str, Result] = {}
+    for path in paths:
+        for r in read_csv(path):
+            merged[r.model] = r
+    return list(merged.values())
+
+
 def write_md(path: str, results: list[Result], info: dict[str, str], png: str | None) -> None:
     lines = [
         "# Lowering benchmark: stock vs arm-accel",
@@ -307,7 +331,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"skip the untimed warm-up lowering of {WARMUP_MODEL}",
     )
+    parser.add_argument(
+        "--from-csv",
+        nargs="+",
+        metavar="CSV",
+        help="write the table and plot from earlier runs' CSVs (later files' rows win); no run",
+    )
     args = parser.parse_args(argv)
+    if args.from_csv:
+        write_all(args.out or os.path.join(HERE, "results", "lowering"), merge_csvs(args.from_csv))
+        return 0
 
     from arm_accel import models, profiling
 

@@ -176,5 +176,10 @@ def test_bench_outputs(tmp_path: os.PathLike[str]) -> None:
     assert "error: RuntimeError: boom" in md and "lowering.png" in md
     with open(out + ".csv") as f:
         assert [r["model"] for r in csv.DictReader(f)] == ["llama4", "llama8", "convnet", "resnet8"]
+    assert bench.read_csv(out + ".csv") == results  # --from-csv rebuilds tables from this
+    later = os.path.join(tmp_path, "later.csv")
+    bench.write_csv(later, [bench.Result.failed("llama8", "INT", "MemoryError: x")])
+    merged = bench.merge_csvs([out + ".csv", later])
+    assert [(r.model, r.error) for r in merged][:2] == [("llama4", ""), ("llama8", "MemoryError: x")]
     with open(out + ".png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
