@@ -180,6 +180,7 @@ def test_bench_outputs(tmp_path: os.PathLike[str]) -> None:
     later = os.path.join(tmp_path, "later.csv")
     bench.write_csv(later, [bench.Result.failed("llama8", "INT", "MemoryError: x")])
     merged = bench.merge_csvs([out + ".csv", later])
-    assert [(r.model, r.error) for r in merged][:2] == [("llama4", ""), ("llama8", "MemoryError: x")]
+    got = [(r.model, r.error) for r in merged][:2]
+    assert got == [("llama4", ""), ("llama8", "MemoryError: x")]
     with open(out + ".png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
