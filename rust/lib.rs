@@ -12,3 +12,6 @@ pub mod worklist;
 
 #[cfg(feature = "python")]
 mod python;
+
+#[cfg(test)]
+mod proptests;
