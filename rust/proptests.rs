@@ -20,13 +20,19 @@ fn run_kernels(t: &NodeTable<'_>, member_mask: u32, keys: &[i64]) {
     assert!(counts.constants <= n && counts.feeds_output <= n);
     for i in 0..n {
         assert!(t.inputs(i).iter().all(|&j| (j as usize) < i));
-        assert!(t.users(i).iter().all(|&u| (u as usize) > i && (u as usize) < n));
+        assert!(t
+            .users(i)
+            .iter()
+            .all(|&u| (u as usize) > i && (u as usize) < n));
         let _ = (t.shape_row(i), t.iargs(i), t.class_of(i));
     }
 
     if let Ok(chains) = collect_chains(t, member_mask) {
         assert_eq!(chains.ptr.first(), Some(&0));
-        assert!(chains.ptr.windows(2).all(|w| w[0] < w[1]), "empty or unordered chain");
+        assert!(
+            chains.ptr.windows(2).all(|w| w[0] < w[1]),
+            "empty or unordered chain"
+        );
         assert_eq!(*chains.ptr.last().unwrap() as usize, chains.nodes.len());
         let mut seen = vec![false; n];
         for &v in &chains.nodes {
@@ -40,7 +46,9 @@ fn run_kernels(t: &NodeTable<'_>, member_mask: u32, keys: &[i64]) {
     match duplicate_user_candidates(t, keys) {
         Ok(out) => {
             assert!(out.windows(2).all(|w| w[0] < w[1]), "not in graph order");
-            assert!(out.iter().all(|&p| (p as usize) < n && t.users(p as usize).len() >= 2));
+            assert!(out
+                .iter()
+                .all(|&p| (p as usize) < n && t.users(p as usize).len() >= 2));
         }
         Err(e) => assert_eq!(e.field, "group_key"),
     }
@@ -110,7 +118,12 @@ fn arb_node() -> impl Strategy<Value = NodeSpec> {
 fn arb_valid() -> impl Strategy<Value = (OwnedTable, u32, Vec<i64>)> {
     let classes = prop::collection::vec(0u32..=class::ALL, 6);
     let nodes = prop::collection::vec(arb_node(), 0..40);
-    (classes, nodes, 0u32..=class::ALL, prop::collection::vec(-2i64..3, 6))
+    (
+        classes,
+        nodes,
+        0u32..=class::ALL,
+        prop::collection::vec(-2i64..3, 6),
+    )
         .prop_map(|(classes, nodes, mask, keys)| (build(classes, &nodes), mask, keys))
 }
 

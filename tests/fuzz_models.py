@@ -212,11 +212,11 @@ def _draw_op(draw: st.DrawFn, shapes_so_far: list[tuple[int, ...]]) -> Op | None
         return Op(kind, (src,), (dim, start, stop))
     # cat: with itself or another value of the same shape (other dims equal).
     dim = draw(st.integers(0, rank - 1))
-    partners = [
-        j
-        for j, s in enumerate(shapes_so_far)
-        if len(s) == rank and all(a == b for k, (a, b) in enumerate(zip(s, shape)) if k != dim)
-    ]
+
+    def fits(s: tuple[int, ...]) -> bool:
+        return len(s) == rank and all(s[k] == shape[k] for k in range(rank) if k != dim)
+
+    partners = [j for j, s in enumerate(shapes_so_far) if fits(s)]
     other = draw(st.sampled_from(partners))
     if shape[dim] + shapes_so_far[other][dim] > 8:
         return None
@@ -226,7 +226,7 @@ def _draw_op(draw: st.DrawFn, shapes_so_far: list[tuple[int, ...]]) -> Op | None
 def _broadcasts_to(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     if len(small) > len(big):
         return False
-    return all(a in (1, b) for a, b in zip(small[::-1], big[::-1]))
+    return all(a in (1, b) for a, b in zip(small[::-1], big[::-1], strict=False))
 
 
 def shape_of(op: Op, shapes_so_far: list[tuple[int, ...]]) -> tuple[int, ...]:

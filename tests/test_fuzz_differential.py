@@ -19,15 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import fuzz_models as fm
 import pytest
 import torch
 from arm_accel import capture, models, switch
 from arm_accel.testing import assert_graphs_equal
+from fuzz_models import Op, Spec
 from hypothesis import given
 from torch import fx
-
-import fuzz_models as fm
-from fuzz_models import Op, Spec
 
 PASSES = tuple(capture.STOCK_PASSES)
 
