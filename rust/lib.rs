@@ -16,3 +16,6 @@ pub mod worklist;
 mod py_propagate;
 #[cfg(feature = "python")]
 mod python;
+
+#[cfg(test)]
+mod proptests;

@@ -147,3 +147,87 @@ def test_cycle_in_csr_is_rejected() -> None:
     t.in_idx[t.in_ptr[i]] = len(t) - 1
     with pytest.raises(ValueError, match="in_idx"):
         _native.table_counts(t)
+
+
+# -- issue 7: every native entry point rejects the same malformed tables ----------------------
+
+BINDINGS = {
+    "table_counts": lambda t: _native.table_counts(t),
+    "collect_chains": lambda t: _native.collect_chains(t, int(table.Cls.PERMUTE | table.Cls.VIEW)),
+    "duplicate_user_candidates": lambda t: _native.duplicate_user_candidates(
+        t, np.zeros(len(t.target_class), dtype=np.int64)
+    ),
+    "constant_mask": lambda t: _native.constant_mask(t),
+}
+
+
+def _swap_user_lists(t: table.NodeTable) -> np.ndarray:
+    """Users that no longer match the inputs: reverse the flat user list."""
+    return t.user_idx[::-1].copy()
+
+
+def _negative_ptr(t: table.NodeTable) -> np.ndarray:
+    ptr = t.in_ptr.copy()
+    ptr[1] = -3
+    return ptr
+
+
+def _self_loop(t: table.NodeTable) -> np.ndarray:
+    """A node listed as its own input: the shortest cycle."""
+    i = next(i for i in range(len(t)) if t.in_ptr[i + 1] > t.in_ptr[i])
+    idx = t.in_idx.copy()
+    idx[t.in_ptr[i]] = i
+    return idx
+
+
+def _backward_user(t: table.NodeTable) -> np.ndarray:
+    """A user pointing back to an earlier node: a cycle through the user CSR."""
+    i = next(i for i in range(len(t)) if t.user_ptr[i + 1] > t.user_ptr[i])
+    idx = t.user_idx.copy()
+    idx[t.user_ptr[i]] = 0
+    return idx
+
+
+EXTRA_MALFORMED = [
+    ("user_idx", _swap_user_lists, "user_idx"),
+    ("in_ptr", _negative_ptr, "in_ptr"),
+    ("in_idx", _self_loop, "in_idx"),
+    ("user_idx", _backward_user, "user_idx"),
+    ("in_idx", lambda t: t.in_idx.astype(np.int32), "int64"),
+    ("flags", lambda t: t.flags.reshape(1, -1), "1-d numpy array"),
+    ("rank", lambda t: t.rank.tolist(), "numpy array"),
+    ("shape", lambda t: np.repeat(t.shape, 2)[::2], "C-contiguous"),
+]
+
+
+@pytest.mark.parametrize("binding", sorted(BINDINGS))
+@pytest.mark.parametrize(("field", "breaker", "message"), MALFORMED + EXTRA_MALFORMED)
+def test_every_binding_rejects_malformed_tables(binding, field, breaker, message) -> None:
+    call = BINDINGS[binding]
+    t = table.export_table(_tiny_graph())
+    call(t)  # the unbroken table is accepted
+    setattr(t, field, breaker(t))
+    with pytest.raises(ValueError, match=message) as info:
+        call(t)
+    # A CSR pointer/flat mismatch names both arrays; a short ``op`` (it sets the node count)
+    # makes the next column the odd one out, and that is the field named.
+    named = str(info.value)
+    assert field in named or (field == "op" and "'target'" in named), f"{binding}: {named}"
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (np.zeros(3, dtype=np.int32), "expected a 1-d numpy array of int64"),
+        (np.zeros((2, 2), dtype=np.int64), "expected a 1-d numpy array of int64"),
+        ("not an array", "expected a 1-d numpy array of int64"),
+        (np.zeros(99, dtype=np.int64), "length 99"),
+        (np.zeros(0, dtype=np.int64), "length 0"),
+        (np.zeros(64, dtype=np.int64)[::2], "C-contiguous|length"),
+    ],
+)
+def test_group_key_is_checked(key, message) -> None:
+    t = table.export_table(_tiny_graph())
+    with pytest.raises(ValueError, match=message) as info:
+        _native.duplicate_user_candidates(t, key)
+    assert "group_key" in str(info.value)

@@ -33,6 +33,9 @@ class PassStats:
 
 
 _stats: dict[str, PassStats] = {}
+# Calls recorded by the current thread, per pass, never reset: lets a caller tell whether a call
+# it made recorded itself without being misled by other threads' records (GuardedCallMixin).
+_thread = threading.local()
 _warned: set[tuple[str, str]] = set()  # survives reset(): warn once per process
 
 
@@ -45,6 +48,10 @@ def _get(name: str) -> PassStats:
 
 def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0) -> None:
     """One finished call of pass ``name``; ``accelerated`` is False for a stock run."""
+    mine = getattr(_thread, "calls", None)
+    if mine is None:
+        mine = _thread.calls = Counter()
+    mine[name] += 1
     with _lock:
         s = _get(name)
         s.calls += 1
@@ -77,6 +84,12 @@ def calls_of(name: str) -> int:
     with _lock:
         s = _stats.get(name)
         return 0 if s is None else s.calls
+
+
+def calls_in_this_thread(name: str) -> int:
+    """Calls of ``name`` recorded by the calling thread since it started (unaffected by reset)."""
+    mine = getattr(_thread, "calls", None)
+    return 0 if mine is None else mine[name]
 
 
 def snapshot() -> dict[str, dict[str, object]]:

@@ -336,8 +336,10 @@ class GuardedCallMixin:
                 return _stock_class(type(self)).call(self, graph_module)
             finally:
                 stats.record_call(name, time.perf_counter() - t0, False)
-        before = stats.calls_of(name)
+        # Count this thread's records only: another thread's call of the same pass in between
+        # must not make this one look recorded.
+        before = stats.calls_in_this_thread(name)
         result = super().call(graph_module)  # type: ignore[misc]
-        if stats.calls_of(name) == before:
+        if stats.calls_in_this_thread(name) == before:
             stats.record_call(name, time.perf_counter() - t0, True)
         return result

@@ -1,0 +1,147 @@
+"""Peak memory of table export and of each native kernel (issue 7).
+
+    python benches/memory.py [--nodes 1000000] [--blocks 4]
+
+- Table export: ``tracemalloc`` peak of ``export_table`` on a real edge graph (a synthetic
+  transformer's, exported with ``to_edge``), per node, and extrapolated to ``--nodes``.
+- Kernels: the real table tiled (independent copies, indices offset) to ``--nodes`` nodes. Rust
+  allocations are invisible to tracemalloc, so each kernel runs in a fresh subprocess that loads
+  the table, resets the RSS high-water mark (``/proc/self/clear_refs``), runs the kernel once and
+  reports ``VmHWM`` minus the RSS before the call: the kernel's own peak, result arrays included.
+  Target: at most 2x the table's bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+COLUMNS = (
+    "op", "target", "target_class", "in_ptr", "in_idx", "user_ptr", "user_idx", "rank",
+    "shape_ptr", "shape", "dtype", "iarg_ptr", "iarg", "flags",
+)  # fmt: skip
+KERNELS = ("table_counts", "collect_chains", "duplicate_user_candidates", "constant_mask")
+
+
+def edge_graph(blocks: int):  # -> fx.GraphModule
+    import torch
+    from arm_accel import models
+    from executorch.exir import to_edge
+
+    model, inputs = models.build_synthetic_transformer(blocks)
+    edge = to_edge(torch.export.export(model, inputs))
+    return edge.exported_program().graph_module
+
+
+def measure_export(gm) -> tuple[int, int, dict[str, np.ndarray]]:
+    """(tracemalloc peak bytes of export_table, node count, the columns)."""
+    from arm_accel import table
+
+    table.export_table(gm)  # warm caches (target classification)
+    tracemalloc.start()
+    t = table.export_table(gm)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak, len(t), {c: getattr(t, c) for c in COLUMNS}
+
+
+def tile(cols: dict[str, np.ndarray], nodes: int) -> dict[str, np.ndarray]:
+    """``k`` independent copies of the table, about ``nodes`` nodes, still valid."""
+    n = len(cols["op"])
+    k = max(1, -(-nodes // n))
+    out = {c: np.tile(cols[c], k) for c in ("op", "target", "rank", "dtype", "flags")}
+    out["target_class"] = cols["target_class"]
+    for ptr, flat, offset_flat in (
+        ("in_ptr", "in_idx", True),
+        ("user_ptr", "user_idx", True),
+        ("shape_ptr", "shape", False),
+        ("iarg_ptr", "iarg", False),
+    ):
+        p, f = cols[ptr], cols[flat]
+        out[ptr] = np.concatenate(
+            [[0], (p[1:][None, :] + np.arange(k)[:, None] * p[-1]).ravel()]
+        ).astype(np.int64)
+        shift = np.repeat(np.arange(k) * n, len(f)) if offset_flat else 0
+        out[flat] = (np.tile(f, k) + shift).astype(np.int64)
+    return out
+
+
+CHILD = r"""
+import json, sys, types
+import numpy as np
+from arm_accel import _native
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+data = np.load(sys.argv[1])
+t = types.SimpleNamespace(**{k: np.ascontiguousarray(data[k]) for k in data.files})
+keys = np.arange(len(t.target_class), dtype=np.int64)
+calls = {
+    "table_counts": lambda: _native.table_counts(t),
+    "collect_chains": lambda: _native.collect_chains(t, 3),
+    "duplicate_user_candidates": lambda: _native.duplicate_user_candidates(t, keys),
+    "constant_mask": lambda: _native.constant_mask(t),
+}
+call = calls[sys.argv[2]]
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset VmHWM to the current RSS
+before = status("VmRSS:")
+result = call()
+print(json.dumps({"peak": status("VmHWM:") - before}))
+"""
+
+
+def kernel_peak(path: Path, kernel: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), kernel], capture_output=True, text=True
+    )
+    if out.returncode:
+        raise RuntimeError(f"{kernel} subprocess failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--blocks", type=int, default=4)
+    args = ap.parse_args()
+
+    gm = edge_graph(args.blocks)
+    peak, n, cols = measure_export(gm)
+    small_bytes = sum(c.nbytes for c in cols.values())
+    print(f"table export: graph of {n} nodes (transformer{args.blocks}, edge dialect)")
+    print(f"  tracemalloc peak {peak / 1e6:.2f} MB = {peak / n:.0f} B/node", end="; ")
+    print(f"table columns {small_bytes / 1e3:.1f} kB")
+    print(f"  extrapolated to {args.nodes:,} nodes: {peak / n * args.nodes / 1e6:.0f} MB")
+
+    big = tile(cols, args.nodes)
+    table_bytes = sum(c.nbytes for c in big.values())
+    nodes = len(big["op"])
+    print(f"kernels on the table tiled to {nodes:,} nodes ({table_bytes / 1e6:.1f} MB of columns):")
+    print(f"  {'kernel':28} {'peak MB':>8} {'x table':>8}")
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "table.npz"
+        np.savez(path, **big)
+        for kernel in KERNELS:
+            k_peak = kernel_peak(path, kernel)
+            ratio = k_peak / table_bytes
+            worst = max(worst, ratio)
+            print(f"  {kernel:28} {k_peak / 1e6:8.1f} {ratio:8.2f}")
+    verdict = "within" if worst <= 2.0 else "OVER"
+    print(f"worst kernel / table = {worst:.2f} ({verdict} the 2x target)")
+
+
+if __name__ == "__main__":
+    main()
