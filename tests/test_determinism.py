@@ -9,6 +9,7 @@ equal arrays for equal tables.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,11 @@ def _norm(plan: Any, index: dict[fx.Node, int]) -> Any:
     if isinstance(plan, (set, frozenset)):
         return ("set", sorted((_norm(p, index) for p in plan), key=repr))
     if isinstance(plan, dict):
-        return ("dict", sorted(((repr(k), _norm(v, index)) for k, v in plan.items())))
+        items = ((repr(_norm(k, index)), _norm(v, index)) for k, v in plan.items())
+        return ("dict", sorted(items, key=repr))
+    if dataclasses.is_dataclass(plan) and not isinstance(plan, type):
+        values = [(f.name, _norm(getattr(plan, f.name), index)) for f in dataclasses.fields(plan)]
+        return (type(plan).__name__, values)
     if isinstance(plan, (list, tuple)):
         return (type(plan).__name__, [_norm(p, index) for p in plan])
     if isinstance(plan, np.ndarray):
