@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 use crate::chains::collect_chains;
 use crate::membership::{constant_inputs, constant_set};
+use crate::synth::corrupt_column;
 use crate::table::{class, flag, op, NodeTable, OwnedTable, TableBuilder};
 use crate::worklist::duplicate_user_candidates;
 
@@ -144,34 +145,6 @@ fn build(classes: Vec<u32>, nodes: &[NodeSpec]) -> OwnedTable {
     b.finish()
 }
 
-/// Overwrites entry `at` (modulo length) of column `col` with `value`, if the column has one.
-fn corrupt(t: &mut OwnedTable, col: usize, at: usize, value: i64) {
-    fn set<T: TryFrom<i64>>(v: &mut [T], at: usize, value: i64) {
-        if !v.is_empty() {
-            if let Ok(x) = T::try_from(value) {
-                let k = at % v.len();
-                v[k] = x;
-            }
-        }
-    }
-    match col {
-        0 => set(&mut t.op, at, value),
-        1 => set(&mut t.target, at, value),
-        2 => set(&mut t.target_class, at, value),
-        3 => set(&mut t.in_ptr, at, value),
-        4 => set(&mut t.in_idx, at, value),
-        5 => set(&mut t.user_ptr, at, value),
-        6 => set(&mut t.user_idx, at, value),
-        7 => set(&mut t.rank, at, value),
-        8 => set(&mut t.shape_ptr, at, value),
-        9 => set(&mut t.shape, at, value),
-        10 => set(&mut t.dtype, at, value),
-        11 => set(&mut t.iarg_ptr, at, value),
-        12 => set(&mut t.iarg, at, value),
-        _ => set(&mut t.flags, at, value),
-    }
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
 
@@ -201,7 +174,7 @@ proptest! {
         value in prop::sample::select(vec![-1i64, 0, 1, 2, 5, 39, 40, 41, i64::MAX, i64::MIN]),
     ) {
         let mut t = t;
-        corrupt(&mut t, col, at, value);
+        corrupt_column(&mut t, col, at, value);
         let view = t.view();
         if view.validate().is_ok() {
             run_kernels(&view, mask, &keys);

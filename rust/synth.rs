@@ -172,6 +172,36 @@ pub fn transformer_like(n: usize, seed: u64) -> OwnedTable {
     b.finish()
 }
 
+/// Overwrites entry `at` (modulo the column's length) of column `col` (0..=13, in
+/// `OwnedTable` field order, 13 and above = flags) with `value`, if the column has entries and
+/// the value fits its type: one corrupted entry for the fuzz targets and property tests.
+pub fn corrupt_column(t: &mut OwnedTable, col: usize, at: usize, value: i64) {
+    fn set<T: TryFrom<i64>>(v: &mut [T], at: usize, value: i64) {
+        if !v.is_empty() {
+            if let Ok(x) = T::try_from(value) {
+                let k = at % v.len();
+                v[k] = x;
+            }
+        }
+    }
+    match col {
+        0 => set(&mut t.op, at, value),
+        1 => set(&mut t.target, at, value),
+        2 => set(&mut t.target_class, at, value),
+        3 => set(&mut t.in_ptr, at, value),
+        4 => set(&mut t.in_idx, at, value),
+        5 => set(&mut t.user_ptr, at, value),
+        6 => set(&mut t.user_idx, at, value),
+        7 => set(&mut t.rank, at, value),
+        8 => set(&mut t.shape_ptr, at, value),
+        9 => set(&mut t.shape, at, value),
+        10 => set(&mut t.dtype, at, value),
+        11 => set(&mut t.iarg_ptr, at, value),
+        12 => set(&mut t.iarg, at, value),
+        _ => set(&mut t.flags, at, value),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,6 +8,7 @@
 
 #![allow(dead_code)]
 
+use arm_accel::synth::corrupt_column;
 use arm_accel::table::{OwnedTable, TableBuilder};
 
 pub struct Bytes<'a>(&'a [u8]);
@@ -113,29 +114,6 @@ fn built(b: &mut Bytes<'_>) -> OwnedTable {
 }
 
 fn corrupt(t: &mut OwnedTable, b: &mut Bytes<'_>) {
-    fn set<T: TryFrom<i64>>(v: &mut [T], at: usize, value: i64) {
-        if !v.is_empty() {
-            if let Ok(x) = T::try_from(value) {
-                let k = at % v.len();
-                v[k] = x;
-            }
-        }
-    }
     let (col, at, value) = (b.u8() % 14, b.u8() as usize, b.i64());
-    match col {
-        0 => set(&mut t.op, at, value),
-        1 => set(&mut t.target, at, value),
-        2 => set(&mut t.target_class, at, value),
-        3 => set(&mut t.in_ptr, at, value),
-        4 => set(&mut t.in_idx, at, value),
-        5 => set(&mut t.user_ptr, at, value),
-        6 => set(&mut t.user_idx, at, value),
-        7 => set(&mut t.rank, at, value),
-        8 => set(&mut t.shape_ptr, at, value),
-        9 => set(&mut t.shape, at, value),
-        10 => set(&mut t.dtype, at, value),
-        11 => set(&mut t.iarg_ptr, at, value),
-        12 => set(&mut t.iarg, at, value),
-        _ => set(&mut t.flags, at, value),
-    }
+    corrupt_column(t, col as usize, at, value);
 }
