@@ -149,12 +149,17 @@ def export_for_arm(
     return torch.export.export(converted, inputs, strict=True)
 
 
+def partitioner(mode: str) -> Any:
+    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+
+    return TOSAPartitioner(compile_spec(mode))
+
+
 def lower(exported: Any, mode: str) -> Any:
     """``to_edge_transform_and_lower`` with the TOSA partitioner, as a user script does."""
-    from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    return to_edge_transform_and_lower(exported, partitioner=[TOSAPartitioner(compile_spec(mode))])
+    return to_edge_transform_and_lower(exported, partitioner=[partitioner(mode)])
 
 
 def tosa_bytes(edge: Any) -> list[bytes]:
