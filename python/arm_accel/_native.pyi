@@ -104,3 +104,27 @@ class PermuteMap:
     def permute_dims(self) -> list[int]: ...
     def map_dims(self, dims: _Dims) -> list[int]: ...
     def map_dims_inverse(self, dims: _Dims) -> list[int]: ...
+
+# rust/propagate.rs (binding in rust/py_scan_plan.rs): one PropagateViewCopyPermute scan.
+_ArgValue = int | list[int]
+_Edit = tuple[str, int, int, list[_ArgValue]] | tuple[str, int, int, int]
+
+def plan_propagation_scan(
+    table: _Table,
+    target_extra: npt.NDArray[np.uint32],
+    special: npt.NDArray[np.int32],
+    form: npt.NDArray[np.uint32],
+    direction: str,
+    tosa: bool,
+) -> tuple[str, bool, list[_Edit]] | tuple[str, str, int | None]:
+    """Plan one stock propagation scan over ``table``.
+
+    ``target_extra`` (uint32 per target code), ``special`` (int32 per node: 0 none, 1 INT48,
+    other positive codes for other special dtypes) and ``form`` (uint32 argument-form bits per
+    node) are the planner's columns (``arm_accel.passes.scan_plan``); ``direction`` is
+    ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Returns
+    ``("plan", modified, edits)`` with edits ``("args", node, pos, values)`` (``node.args =
+    (*args[:pos], *values, *args[pos + len(values):])``) and ``("move", node, frontier,
+    previous_frontier)`` (stock's ``_move_node``), or ``("decline", reason, node)``. Raises
+    ValueError naming the field on malformed input.
+    """

@@ -32,6 +32,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel import stats, switch
+from arm_accel.passes import scan_plan
 from arm_accel.passes.base import _stock_class
 from arm_accel.retrace import (
     VirtualRetracer,
@@ -248,16 +249,11 @@ class _AcceleratedPropagation:
 
         while True:
             tracker = VirtualRetracer(graph_module)
-            iteration_modified = False
-            stale_nodes: set[fx.Node] = set()
-            for node in list(graph_module.graph.nodes):
-                if node in stale_nodes:
-                    continue
-                if node.target in self._targets:  # type: ignore[attr-defined]
-                    if len(node.users) == 0:
-                        continue
-                    if self._propagate(node, stale_nodes):  # type: ignore[attr-defined]
-                        iteration_modified = True
+            planned = scan_plan.run_scan(self, graph_module, self._stock_name)
+            if planned is None:
+                iteration_modified = self._python_scan(graph_module)
+            else:
+                iteration_modified = planned
 
             if iteration_modified:
                 modified = True
@@ -279,6 +275,20 @@ class _AcceleratedPropagation:
             graph_module = self._retrace(graph_module)  # type: ignore[attr-defined]
 
         return PassResult(graph_module, modified)
+
+    def _python_scan(self, graph_module: fx.GraphModule) -> bool:
+        """Stock's scan, stock's decisions (when the native planner declines)."""
+        iteration_modified = False
+        stale_nodes: set[fx.Node] = set()
+        for node in list(graph_module.graph.nodes):
+            if node in stale_nodes:
+                continue
+            if node.target in self._targets:  # type: ignore[attr-defined]
+                if len(node.users) == 0:
+                    continue
+                if self._propagate(node, stale_nodes):  # type: ignore[attr-defined]
+                    iteration_modified = True
+        return iteration_modified
 
     def _virtual_retrace(self, tracker: VirtualRetracer) -> fx.GraphModule:
         if not self._arm_accel_exact:

@@ -1,0 +1,981 @@
+//! One scan of `PropagateViewCopyPermute{Down,Up}Pass` decided over the node table.
+//!
+//! Reproduces stock's scan (`for node in graph order: skip stale; if target in _targets and
+//! has users: _propagate(node, stale)`) with stock's rules (generic and TOSA overrides) and
+//! returns the edits it makes, in order, for Python to apply with stock's own edit methods.
+//! The graph is modelled mutably while the scan runs (inputs, users in fx dict order, the
+//! integer args the rules read and rewrite) because later decisions of a scan read what earlier
+//! edits changed. `meta["val"]` is stale during a scan and stock reads it as is: shapes are
+//! the table's.
+//!
+//! Exactness rule: wherever the table cannot tell what stock would do (an arg form it does not
+//! carry, a rule not ported, a place where stock raises), the whole scan declines before any
+//! edit is returned; Python then runs stock's walk for that scan.
+
+use std::fmt;
+
+use crate::dims::{PermuteMap, ViewMap};
+use crate::table::{class, flag, op, NodeTable, TableError};
+
+/// Per-node argument-form bits (`form` column of [`ScanInput`]).
+pub mod form {
+    /// The args the rules read are positional, plain ints / int lists as the table encodes
+    /// them (permute/view: `(x, [ints])`; reduction: `(x, int | [ints], [bool, ...])`;
+    /// slice: `(x, dim, start, end[, step])` all ints).
+    pub const EXACT: u32 = 1 << 0;
+    /// `args[1]` is a single int (reductions, slices), not a list.
+    pub const DIM_SCALAR: u32 = 1 << 1;
+    /// `len(args) > 2 and args[2] is True` (a reduction's keepdim given positionally).
+    pub const KEEPDIM_POSITIONAL_TRUE: u32 = 1 << 2;
+    /// A RESCALE whose args satisfy `_is_per_tensor_rescale`'s static part: at least three
+    /// args and a scalar or one-element scales arg.
+    pub const RESCALE_PER_TENSOR_ARGS: u32 = 1 << 3;
+    pub const ALL: u32 = (1 << 4) - 1;
+}
+
+/// Per-target bits the generic table classes do not carry (`target_extra`, by target code).
+pub mod extra {
+    /// In the pass's `_targets` (what the scan starts walks from).
+    pub const SCAN_TARGET: u32 = 1 << 0;
+    /// `_VIEW_TARGET` (view_copy): the only view `ViewMap(node)` accepts.
+    pub const VIEW_COPY: u32 = 1 << 1;
+    /// In the pass's `_ARG_UPDATE_TARGETS`.
+    pub const ARG_UPDATE: u32 = 1 << 2;
+    pub const ALL: u32 = (1 << 3) - 1;
+}
+
+/// Special dtype code of `TosaSpecialDtype.INT48` in the `special` column.
+pub const SPECIAL_INT48: i32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Down,
+    Up,
+}
+
+/// Which stock configuration to reproduce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    pub direction: Direction,
+    /// The Arm `TosaPropagationOverrides` (INT48, TABLE, RESCALE, SCATTER, keepdim raise).
+    pub tosa: bool,
+}
+
+/// The table plus the planner's own columns.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanInput<'a> {
+    pub table: NodeTable<'a>,
+    /// [`extra`] bits per target code.
+    pub target_extra: &'a [u32],
+    /// Per node: 0 no special dtype, [`SPECIAL_INT48`], other positive codes for other values.
+    pub special: &'a [i32],
+    /// [`form`] bits per node.
+    pub form: &'a [u32],
+}
+
+impl ScanInput<'_> {
+    pub fn validate(&self) -> Result<(), TableError> {
+        self.table.validate()?;
+        let n = self.table.len();
+        if self.target_extra.len() != self.table.target_class.len() {
+            return Err(TableError::new(
+                "target_extra",
+                format!(
+                    "length {}, expected {}",
+                    self.target_extra.len(),
+                    self.table.target_class.len()
+                ),
+            ));
+        }
+        if let Some(b) = self.target_extra.iter().find(|&&b| b & !extra::ALL != 0) {
+            return Err(TableError::new(
+                "target_extra",
+                format!("unknown bits {b:#x}"),
+            ));
+        }
+        if self.special.len() != n {
+            return Err(TableError::new(
+                "special",
+                format!("length {}, expected {n}", self.special.len()),
+            ));
+        }
+        if self.form.len() != n {
+            return Err(TableError::new(
+                "form",
+                format!("length {}, expected {n}", self.form.len()),
+            ));
+        }
+        for i in 0..n {
+            let s = self.special[i];
+            if s < 0 {
+                return Err(TableError::new(
+                    "special",
+                    format!("node {i} has code {s}"),
+                ));
+            }
+            if (s == SPECIAL_INT48) != self.table.has_flag(i, flag::INT48) {
+                return Err(TableError::new(
+                    "special",
+                    format!("node {i}: code {s} disagrees with its INT48 flag"),
+                ));
+            }
+            if self.form[i] & !form::ALL != 0 {
+                return Err(TableError::new(
+                    "form",
+                    format!("node {i} has unknown bits {:#x}", self.form[i]),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value written into an args tuple.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgValue {
+    Int(i64),
+    List(Vec<i64>),
+}
+
+/// One graph edit, applied in order with stock's semantics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edit {
+    /// `node.args = (*args[:pos], *values, *args[pos + len(values):])`; with no values this is
+    /// stock's `node.args = node.args` (which still re-registers the node with its inputs).
+    SetArgs {
+        node: usize,
+        pos: usize,
+        values: Vec<ArgValue>,
+    },
+    /// Stock's `_move_node(node, frontier, previous_frontier)`.
+    Move {
+        node: usize,
+        frontier: usize,
+        previous_frontier: usize,
+    },
+}
+
+/// The edits of one scan and whether stock's scan reports a modification.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ScanPlan {
+    pub edits: Vec<Edit>,
+    pub modified: bool,
+}
+
+/// Why a scan cannot be decided here; `reason` is a short stable category for stats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decline {
+    pub reason: &'static str,
+    pub node: Option<usize>,
+}
+
+impl fmt::Display for Decline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.node {
+            Some(n) => write!(f, "{} (node {n})", self.reason),
+            None => write!(f, "{}", self.reason),
+        }
+    }
+}
+
+fn decline<T>(reason: &'static str, node: usize) -> Result<T, Decline> {
+    Err(Decline {
+        reason,
+        node: Some(node),
+    })
+}
+
+type Step<T> = Result<T, Decline>;
+
+/// Python's `a % b` for b > 0.
+fn py_mod(a: i64, b: i64) -> i64 {
+    a.rem_euclid(b)
+}
+
+/// A pending args rewrite: the edit and the model update it implies.
+struct Swap {
+    node_edit: Edit,
+    node_iargs: Option<Vec<i64>>,
+    next_edit: Edit,
+    next_iargs: Vec<i64>,
+    next_scalar: bool,
+}
+
+struct Model<'a> {
+    t: NodeTable<'a>,
+    inp: ScanInput<'a>,
+    cfg: Config,
+    inputs: Vec<Vec<usize>>,
+    users: Vec<Vec<usize>>,
+    iargs: Vec<Vec<i64>>,
+    form: Vec<u32>,
+    edits: Vec<Edit>,
+}
+
+/// Plans one stock scan. Call on a validated input (see [`plan_scan_checked`]).
+pub fn plan_scan(inp: &ScanInput<'_>, cfg: Config) -> Result<ScanPlan, Decline> {
+    let t = inp.table;
+    let n = t.len();
+    for i in 0..n {
+        if t.has_flag(i, flag::SYMBOLIC) {
+            return decline("symbolic shape", i);
+        }
+    }
+    let mut m = Model {
+        t,
+        inp: *inp,
+        cfg,
+        inputs: (0..n)
+            .map(|i| t.inputs(i).iter().map(|&j| j as usize).collect())
+            .collect(),
+        users: (0..n)
+            .map(|i| t.users(i).iter().map(|&j| j as usize).collect())
+            .collect(),
+        iargs: (0..n).map(|i| t.iargs(i).to_vec()).collect(),
+        form: inp.form.to_vec(),
+        edits: Vec::new(),
+    };
+    let mut stale = vec![false; n];
+    let mut modified = false;
+    for i in 0..n {
+        if stale[i] || !m.is_scan_target(i) || m.users[i].is_empty() {
+            continue;
+        }
+        if m.propagate(i, &mut stale)? {
+            modified = true;
+        }
+    }
+    Ok(ScanPlan {
+        edits: m.edits,
+        modified,
+    })
+}
+
+/// Validates, then plans. Malformed input is an `Err(TableError)`; a decline is `Ok(Err(_))`.
+pub fn plan_scan_checked(
+    inp: &ScanInput<'_>,
+    cfg: Config,
+) -> Result<Result<ScanPlan, Decline>, TableError> {
+    inp.validate()?;
+    Ok(plan_scan(inp, cfg))
+}
+
+impl Model<'_> {
+    // -- classes ---------------------------------------------------------------------------
+
+    fn cls(&self, i: usize) -> u32 {
+        self.t.class_of(i)
+    }
+
+    fn extra(&self, i: usize) -> u32 {
+        match self.t.target[i] {
+            c if c < 0 => 0,
+            c => self.inp.target_extra[c as usize],
+        }
+    }
+
+    fn is_call(&self, i: usize) -> bool {
+        self.t.op[i] == op::CALL_FUNCTION
+    }
+
+    fn is_scan_target(&self, i: usize) -> bool {
+        self.extra(i) & extra::SCAN_TARGET != 0
+    }
+
+    fn is_permute(&self, i: usize) -> bool {
+        self.cls(i) & class::PERMUTE != 0
+    }
+
+    fn has(&self, i: usize, c: u32) -> bool {
+        self.cls(i) & c != 0
+    }
+
+    fn tosa_has(&self, i: usize, c: u32) -> bool {
+        self.cfg.tosa && self.has(i, c)
+    }
+
+    fn shape(&self, i: usize) -> Option<&[i64]> {
+        (self.t.rank[i] >= 0).then(|| self.t.shape_row(i))
+    }
+
+    fn exact(&self, i: usize) -> Step<()> {
+        if self.form[i] & form::EXACT == 0 || self.t.has_flag(i, flag::OPAQUE_ARGS) {
+            return decline("args form not modelled", i);
+        }
+        Ok(())
+    }
+
+    // -- predicates (stock's is_* / blocks_* / tolerates_*) ---------------------------------
+
+    fn is_transparent(&self, i: usize) -> bool {
+        self.has(i, class::TRANSPARENT) || self.tosa_has(i, class::TOSA_RESCALE)
+    }
+
+    fn is_per_tensor_rescale(&self, i: usize) -> bool {
+        self.form[i] & form::RESCALE_PER_TENSOR_ARGS != 0
+            && self.inputs[i].len() == 1
+            && self.inp.special[self.inputs[i][0]] == self.inp.special[i]
+    }
+
+    fn is_elementwise(&self, i: usize) -> bool {
+        if self.tosa_has(i, class::TOSA_RESCALE) {
+            return self.is_per_tensor_rescale(i);
+        }
+        if self.tosa_has(i, class::TOSA_TABLE) {
+            return true;
+        }
+        if !self.is_call(i) {
+            return false;
+        }
+        self.is_transparent(i) || self.has(i, class::ELEMENTWISE)
+    }
+
+    fn is_multi_input_elementwise(&self, i: usize) -> bool {
+        self.tosa_has(i, class::TOSA_TABLE)
+    }
+
+    fn blocks_crossing(&self, i: usize) -> bool {
+        self.tosa_has(i, class::TOSA_SCATTER)
+    }
+
+    fn int48_or_inputs(&self, i: usize) -> bool {
+        self.inp.special[i] == SPECIAL_INT48
+            || self.inputs[i]
+                .iter()
+                .any(|&j| self.inp.special[j] == SPECIAL_INT48)
+    }
+
+    fn blocks_moving(&self, moving: usize, frontier: usize, next: &[usize]) -> bool {
+        self.cfg.tosa
+            && self.is_permute(moving)
+            && std::iter::once(&frontier)
+                .chain(next)
+                .any(|&c| self.int48_or_inputs(c))
+    }
+
+    fn tolerates_shape_after_move(&self, next: usize, shape: Option<&[i64]>) -> bool {
+        if !self.tosa_has(next, class::TOSA_TABLE) {
+            return true;
+        }
+        !matches!(shape, Some(s) if s.len() == 4 && s[0] > 1 && s[1] == 1 && s[2] == 1)
+    }
+
+    fn shape_seen_by_next_node(&self, moving: usize) -> Option<&[i64]> {
+        match self.cfg.direction {
+            Direction::Down => self.shape(self.inputs[moving][0]),
+            Direction::Up => self.shape(moving),
+        }
+    }
+
+    fn is_layout_invariant(&self, i: usize, rank: usize) -> bool {
+        matches!(self.shape(i), Some(s) if s.len() == rank && s.iter().all(|&d| d == 1))
+    }
+
+    /// Stock's `is_swappable`; the TOSA keepdim check raises there, so it declines here.
+    fn is_swappable(&self, next: usize) -> Step<bool> {
+        if self.cfg.tosa && self.has(next, class::REDUCTION) {
+            self.exact(next)?;
+            if self.iargs[next][0] != 1 {
+                return decline("reduction without keepdim=True (stock raises)", next);
+            }
+        }
+        if self.extra(next) & extra::ARG_UPDATE == 0 {
+            return Ok(false);
+        }
+        if self.has(next, class::REDUCTION) {
+            self.exact(next)?;
+            if self.iargs[next][0] != 1 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn view_map(&self, view: usize) -> Step<ViewMap> {
+        self.exact(view)?;
+        let Some(source) = self.shape(self.inputs[view][0]) else {
+            return decline("view input has no tensor value (stock asserts)", view);
+        };
+        ViewMap::from_shapes(source, &self.iargs[view])
+            .or_else(|_| decline("dim_maps raises on the view", view))
+    }
+
+    fn permute_map(&self, permute: usize) -> Step<PermuteMap> {
+        self.exact(permute)?;
+        PermuteMap::new(&self.iargs[permute]).or_else(|_| decline("invalid permute dims", permute))
+    }
+
+    // -- walk ------------------------------------------------------------------------------
+
+    fn next_nodes(&self, i: usize) -> Vec<usize> {
+        match self.cfg.direction {
+            Direction::Down => self.users[i].clone(),
+            Direction::Up => self.inputs[i].clone(),
+        }
+    }
+
+    fn validated_next_nodes(
+        &self,
+        node: usize,
+        frontier: usize,
+        stale: &[bool],
+    ) -> Step<Option<Vec<usize>>> {
+        let next = self.next_nodes(frontier);
+        if next.is_empty() {
+            let o = self.t.op[frontier];
+            if o != op::PLACEHOLDER && o != op::OUTPUT {
+                return decline("walk reached a dead end (stock asserts)", frontier);
+            }
+            return Ok(None);
+        }
+        if next.iter().any(|&x| stale[x]) {
+            return Ok(None);
+        }
+        if self.cfg.direction == Direction::Up && !self.can_cross_next_nodes(frontier, &next) {
+            return Ok(None);
+        }
+        if self.blocks_moving(node, frontier, &next) {
+            return Ok(None);
+        }
+        Ok(Some(next))
+    }
+
+    fn can_cross_next_nodes(&self, frontier: usize, next: &[usize]) -> bool {
+        if self.users[frontier].iter().any(|&u| self.blocks_crossing(u)) {
+            return false;
+        }
+        next.iter()
+            .all(|&x| self.users[x].iter().all(|&u| u == frontier))
+    }
+
+    fn propagate(&mut self, node: usize, stale: &mut [bool]) -> Step<bool> {
+        self.exact(node)?;
+        if self.inputs[node].len() != 1 {
+            return decline("transform without exactly one input", node);
+        }
+        let mut frontier = node;
+        let mut previous: Option<usize> = None;
+        let mut path = vec![node];
+        let mut moved = false;
+        while let Some(next) = self.validated_next_nodes(node, frontier, stale)? {
+            if next.len() > 1 {
+                if self.maybe_split_fork(node, frontier, previous, &next)? {
+                    unreachable!("maybe_split_fork declines instead of splitting");
+                }
+                break;
+            }
+            let nx = next[0];
+            if self.advance_through_next_node(node, frontier, nx)? {
+                previous = Some(frontier);
+                frontier = nx;
+                path.push(nx);
+                moved = true;
+                continue;
+            }
+            if self.cat_fanout_applies(node, nx) {
+                return decline("upward cat fan-out (not ported)", node);
+            }
+            break;
+        }
+        if !moved {
+            return Ok(false);
+        }
+        let previous = previous.expect("moved implies a previous frontier");
+        self.move_node(node, frontier, previous);
+        self.edits.push(Edit::Move {
+            node,
+            frontier,
+            previous_frontier: previous,
+        });
+        self.mark_stale(&path, stale);
+        Ok(true)
+    }
+
+    fn advance_through_next_node(&mut self, node: usize, frontier: usize, nx: usize) -> Step<bool> {
+        if self.can_move_through_elementwise(node, frontier, nx)? {
+            return Ok(true);
+        }
+        if !self.is_swappable(nx)? {
+            return Ok(false);
+        }
+        let Some(swap) = self.maybe_swap_args(node, nx)? else {
+            return Ok(false);
+        };
+        if let Some(a) = swap.node_iargs {
+            self.iargs[node] = a;
+        }
+        self.touch_args(node);
+        self.edits.push(swap.node_edit);
+        self.iargs[nx] = swap.next_iargs;
+        if swap.next_scalar {
+            self.form[nx] |= form::DIM_SCALAR;
+        } else {
+            self.form[nx] &= !form::DIM_SCALAR;
+        }
+        self.touch_args(nx);
+        self.edits.push(swap.next_edit);
+        Ok(true)
+    }
+
+    fn can_move_through_elementwise(&self, moving: usize, frontier: usize, nx: usize) -> Step<bool> {
+        if self.base_can_move_through_elementwise(moving, nx)? {
+            return Ok(true);
+        }
+        if self.cfg.direction == Direction::Down
+            || !self.is_permute(moving)
+            || !self.is_elementwise(nx)
+        {
+            return Ok(false);
+        }
+        let Some(rank) = self.shape(frontier).map(<[i64]>::len) else {
+            return Ok(false);
+        };
+        let dependent = self.inputs[nx]
+            .iter()
+            .filter(|&&i| !self.is_layout_invariant(i, rank))
+            .count();
+        Ok(dependent == 1)
+    }
+
+    fn base_can_move_through_elementwise(&self, moving: usize, nx: usize) -> Step<bool> {
+        if !self.is_elementwise(nx)
+            || (self.inputs[nx].len() != 1 && !self.is_multi_input_elementwise(nx))
+            || self.shape(nx).is_none()
+        {
+            return Ok(false);
+        }
+        if self.extra(moving) & extra::VIEW_COPY != 0 {
+            let vm = self.view_map(moving)?;
+            if !vm.is_valid_map() {
+                return Ok(false);
+            }
+            if self.is_transparent(nx) && vm.source_rank() != vm.target_rank() {
+                return Ok(false);
+            }
+        }
+        if !self.tolerates_shape_after_move(nx, self.shape_seen_by_next_node(moving)) {
+            return Ok(false);
+        }
+        if !self.is_permute(moving) {
+            return Ok(true);
+        }
+        let source_rank = self.iargs[moving].len();
+        Ok(self.shape(nx).map(<[i64]>::len) == Some(source_rank))
+    }
+
+    // -- swaps -----------------------------------------------------------------------------
+
+    fn maybe_swap_args(&self, node: usize, nx: usize) -> Step<Option<Swap>> {
+        if self.is_permute(node) {
+            return self.maybe_swap_permute_args(node, nx);
+        }
+        if self.extra(node) & extra::VIEW_COPY == 0 {
+            return decline("swap of a non-view_copy view (ViewMap asserts)", node);
+        }
+        match self.cfg.direction {
+            Direction::Down => self.maybe_swap_view_args_down(node, nx),
+            Direction::Up => self.maybe_swap_view_args_up(node, nx),
+        }
+    }
+
+    /// `next_node.args[1]` as stock's `_dim_arg` sees it: (dims, is a single int).
+    fn dim_arg(&self, nx: usize) -> Step<(Vec<i64>, bool)> {
+        self.exact(nx)?;
+        if self.has(nx, class::REDUCTION) {
+            let scalar = self.form[nx] & form::DIM_SCALAR != 0;
+            return Ok((self.iargs[nx][1..].to_vec(), scalar));
+        }
+        if self.has(nx, class::SLICE) {
+            return Ok((vec![self.iargs[nx][0]], true));
+        }
+        decline("swappable target of unknown arg layout", nx)
+    }
+
+    /// The model's iargs of `nx` after writing `dims` into `args[1]`.
+    fn with_dims(&self, nx: usize, dims: &[i64]) -> Vec<i64> {
+        let mut a = self.iargs[nx].clone();
+        if self.has(nx, class::REDUCTION) {
+            a.truncate(1);
+            a.extend_from_slice(dims);
+        } else {
+            a[0] = dims[0];
+        }
+        a
+    }
+
+    fn set_dims_swap(
+        &self,
+        node: usize,
+        node_values: Option<Vec<i64>>,
+        nx: usize,
+        dims: Vec<i64>,
+        scalar: bool,
+    ) -> Swap {
+        let value = if scalar {
+            ArgValue::Int(dims[0])
+        } else {
+            ArgValue::List(dims.clone())
+        };
+        let node_edit = match &node_values {
+            Some(v) => Edit::SetArgs {
+                node,
+                pos: 1,
+                values: vec![ArgValue::List(v.clone())],
+            },
+            None => Edit::SetArgs {
+                node,
+                pos: 0,
+                values: vec![],
+            },
+        };
+        Swap {
+            node_edit,
+            node_iargs: node_values,
+            next_edit: Edit::SetArgs {
+                node: nx,
+                pos: 1,
+                values: vec![value],
+            },
+            next_iargs: self.with_dims(nx, &dims),
+            next_scalar: scalar,
+        }
+    }
+
+    fn maybe_swap_permute_args(&self, node: usize, nx: usize) -> Step<Option<Swap>> {
+        let pm = self.permute_map(node)?;
+        let (dims, scalar) = self.dim_arg(nx)?;
+        let mapped = match self.cfg.direction {
+            Direction::Down => pm.map_dims_inverse(&dims),
+            Direction::Up => pm.map_dims(&dims),
+        };
+        let Ok(mapped) = mapped else {
+            return decline("dim_maps raises on the permute swap", nx);
+        };
+        let mapped: Vec<i64> = mapped.into_iter().map(|d| d as i64).collect();
+        Ok(Some(self.set_dims_swap(node, None, nx, mapped, scalar)))
+    }
+
+    fn maybe_swap_view_args_down(&self, node: usize, nx: usize) -> Step<Option<Swap>> {
+        let vm = self.view_map(node)?;
+        if !vm.is_valid_map() {
+            return Ok(None);
+        }
+        if self.has(nx, class::REDUCTION) {
+            self.exact(nx)?;
+            if self.form[nx] & form::KEEPDIM_POSITIONAL_TRUE == 0 {
+                return Ok(None);
+            }
+            let Ok(swap) = vm.map_reduction_before_view(&self.iargs[nx][1..]) else {
+                return decline("dim_maps raises on the reduction swap", nx);
+            };
+            let Some((new_dims, output_shape)) = swap else {
+                return Ok(None);
+            };
+            let new_dims = new_dims.into_iter().map(|d| d as i64).collect();
+            return Ok(Some(self.set_dims_swap(
+                node,
+                Some(output_shape),
+                nx,
+                new_dims,
+                false,
+            )));
+        }
+        if self.has(nx, class::SLICE) {
+            self.exact(nx)?;
+            let Ok(mapped) = vm.map_dim_inverse(&self.iargs[nx][..1]) else {
+                return decline("dim_maps raises on the slice swap", nx);
+            };
+            let Some(mapped) = mapped.filter(|m| m.len() == 1) else {
+                return Ok(None);
+            };
+            let Some(output_shape) = self.shape(nx).map(<[i64]>::to_vec) else {
+                return decline("slice has no tensor value (stock raises)", nx);
+            };
+            return Ok(Some(self.set_dims_swap(
+                node,
+                Some(output_shape),
+                nx,
+                vec![mapped[0] as i64],
+                true,
+            )));
+        }
+        Ok(None)
+    }
+
+    fn maybe_swap_view_args_up(&self, node: usize, nx: usize) -> Step<Option<Swap>> {
+        let vm = self.view_map(node)?;
+        if !vm.is_valid_map() || self.inputs[nx].len() != 1 {
+            return Ok(None);
+        }
+        let Some(input_shape) = self.shape(self.inputs[nx][0]) else {
+            return decline("swapped node's input has no tensor value (stock raises)", nx);
+        };
+        let Ok(new_shape) = vm.remap_target_shape(input_shape) else {
+            return decline("dim_maps raises on remap_target_shape", nx);
+        };
+        if self.has(nx, class::REDUCTION) {
+            self.exact(nx)?;
+            if self.form[nx] & form::KEEPDIM_POSITIONAL_TRUE == 0 {
+                return Ok(None);
+            }
+            let Ok(swap) = vm.map_reduction_after_view(input_shape, &self.iargs[nx][1..]) else {
+                return decline("dim_maps raises on the reduction swap", nx);
+            };
+            let Some((shape, dims)) = swap else {
+                return Ok(None);
+            };
+            let dims = dims.into_iter().map(|d| d as i64).collect();
+            return Ok(Some(self.set_dims_swap(node, Some(shape), nx, dims, false)));
+        }
+        if self.has(nx, class::SLICE) {
+            return self.maybe_swap_slice_view_args_up(node, nx, &vm, input_shape, new_shape);
+        }
+        Ok(None)
+    }
+
+    fn maybe_swap_slice_view_args_up(
+        &self,
+        node: usize,
+        nx: usize,
+        vm: &ViewMap,
+        input_shape: &[i64],
+        new_shape: Option<Vec<i64>>,
+    ) -> Step<Option<Swap>> {
+        self.exact(nx)?;
+        let a = &self.iargs[nx];
+        let (dim, start, end, step) = (a[0], a[1], a[2], a[3]);
+        let Ok(unit) = vm.remap_unit_slice(input_shape, dim, start, end, step) else {
+            return decline("dim_maps raises on remap_unit_slice", nx);
+        };
+        if let Some((shape, new_dim, new_start, new_end)) = unit {
+            if !valid_slice_interval(&shape, new_dim as i64, new_start, new_end, nx)? {
+                return Ok(None);
+            }
+            let mut next_iargs = a.clone();
+            next_iargs[..3].copy_from_slice(&[new_dim as i64, new_start, new_end]);
+            return Ok(Some(Swap {
+                node_edit: Edit::SetArgs {
+                    node,
+                    pos: 1,
+                    values: vec![ArgValue::List(shape.clone())],
+                },
+                node_iargs: Some(shape),
+                next_edit: Edit::SetArgs {
+                    node: nx,
+                    pos: 1,
+                    values: vec![
+                        ArgValue::Int(new_dim as i64),
+                        ArgValue::Int(new_start),
+                        ArgValue::Int(new_end),
+                    ],
+                },
+                next_iargs,
+                next_scalar: true,
+            }));
+        }
+        let Some(new_shape) = new_shape else {
+            return Ok(None);
+        };
+        let Some(mapped) = map_slice_dim(vm, dim, nx)? else {
+            return Ok(None);
+        };
+        if !valid_slice_interval(&new_shape, mapped as i64, start, end, nx)? {
+            return Ok(None);
+        }
+        Ok(Some(self.set_dims_swap(
+            node,
+            Some(new_shape),
+            nx,
+            vec![mapped as i64],
+            true,
+        )))
+    }
+
+    // -- forks and cats --------------------------------------------------------------------
+
+    /// Stock's `_maybe_split_fork`: never splits going up; going down, a successful plan is a
+    /// decline (the split's edits are not ported yet), a failed plan is exact.
+    fn maybe_split_fork(
+        &self,
+        node: usize,
+        frontier: usize,
+        previous: Option<usize>,
+        next: &[usize],
+    ) -> Step<bool> {
+        if self.cfg.direction == Direction::Up || (frontier != node && previous.is_none()) {
+            return Ok(false);
+        }
+        if self.plan_fork_split(node, frontier, next)? {
+            return decline("downward fork split (not ported)", node);
+        }
+        Ok(false)
+    }
+
+    /// Whether stock's `_plan_fork_split` returns a plan.
+    fn plan_fork_split(&self, node: usize, frontier: usize, next: &[usize]) -> Step<bool> {
+        if !self.is_permute(node) || self.inputs[node].len() != 1 {
+            return Ok(false);
+        }
+        if self.shape(self.inputs[node][0]).is_none() {
+            return Ok(false);
+        }
+        self.exact(node)?;
+        let dims = &self.iargs[node];
+        let rank = dims.len() as i64;
+        let mut normalized: Vec<i64> = dims
+            .iter()
+            .map(|&d| if d >= 0 { d } else { d + rank })
+            .collect();
+        normalized.sort_unstable();
+        if normalized.iter().enumerate().any(|(i, &d)| d != i as i64) {
+            return Ok(false);
+        }
+        for &nx in next {
+            let elementwise = self.can_move_through_elementwise(node, frontier, nx)?
+                || self.can_split_through_elementwise(frontier, nx);
+            if !elementwise {
+                if !self.is_swappable(nx)? || self.maybe_swap_args(node, nx)?.is_none() {
+                    return Ok(false);
+                }
+            }
+            if self.shape(nx).map(<[i64]>::len) != Some(dims.len()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn can_split_through_elementwise(&self, frontier: usize, nx: usize) -> bool {
+        if !self.is_elementwise(nx) {
+            return false;
+        }
+        let Some(rank) = self.shape(frontier).map(<[i64]>::len) else {
+            return false;
+        };
+        self.inputs[nx]
+            .iter()
+            .all(|&i| i == frontier || self.is_layout_invariant(i, rank))
+    }
+
+    /// Whether stock's upward cat fan-out would get past its class checks (from there on it
+    /// reads arg forms the table does not carry, so the scan declines).
+    fn cat_fanout_applies(&self, node: usize, nx: usize) -> bool {
+        self.cfg.direction == Direction::Up
+            && self.is_permute(node)
+            && self.has(nx, class::CAT)
+            && !self.users[nx].is_empty()
+            && self.users[nx].iter().all(|&u| self.is_permute(u))
+    }
+
+    // -- edits on the model ----------------------------------------------------------------
+
+    /// fx's `_update_args_kwargs`: the node leaves every input's users and is re-added at the
+    /// end of each new input's users, inputs in first-appearance order.
+    fn set_inputs(&mut self, x: usize, new_inputs: Vec<usize>) {
+        for &i in &self.inputs[x] {
+            self.users[i].retain(|&u| u != x);
+        }
+        let mut deduped: Vec<usize> = Vec::with_capacity(new_inputs.len());
+        for i in new_inputs {
+            if !deduped.contains(&i) {
+                deduped.push(i);
+            }
+        }
+        for &i in &deduped {
+            if !self.users[i].contains(&x) {
+                self.users[i].push(x);
+            }
+        }
+        self.inputs[x] = deduped;
+    }
+
+    fn touch_args(&mut self, x: usize) {
+        let same = self.inputs[x].clone();
+        self.set_inputs(x, same);
+    }
+
+    fn replace_input_with(&mut self, x: usize, old: usize, new: usize) {
+        let mapped = self.inputs[x]
+            .iter()
+            .map(|&i| if i == old { new } else { i })
+            .collect();
+        self.set_inputs(x, mapped);
+    }
+
+    fn move_node(&mut self, node: usize, frontier: usize, previous: usize) {
+        match self.cfg.direction {
+            Direction::Down => {
+                let original_user = self.users[node][0];
+                let producer = self.inputs[node][0];
+                let frontier_input = if self.t.op[frontier] == op::OUTPUT {
+                    previous
+                } else {
+                    frontier
+                };
+                let frontier_users = self.users[frontier_input].clone();
+                self.replace_input_with(original_user, node, producer);
+                self.replace_input_with(node, producer, frontier_input);
+                for u in frontier_users {
+                    if u != node {
+                        self.replace_input_with(u, frontier_input, node);
+                    }
+                }
+            }
+            Direction::Up => {
+                let original_input = self.inputs[node][0];
+                let (producer, frontier_user) = if self.t.op[frontier] == op::PLACEHOLDER {
+                    (frontier, previous)
+                } else {
+                    (self.inputs[frontier][0], frontier)
+                };
+                self.replace_input_with(node, original_input, producer);
+                self.replace_input_with(frontier_user, producer, node);
+                for u in self.users[node].clone() {
+                    if u != frontier_user {
+                        self.replace_input_with(u, node, original_input);
+                    }
+                }
+            }
+        }
+    }
+
+    fn mark_stale(&self, path: &[usize], stale: &mut [bool]) {
+        let mut pending: Vec<usize> = path.to_vec();
+        while let Some(cur) = pending.pop() {
+            if stale[cur] {
+                continue;
+            }
+            stale[cur] = true;
+            pending.extend(self.users[cur].iter().copied());
+        }
+    }
+}
+
+/// Stock's `_valid_slice_interval` (a rank-0 shape divides by zero there: decline).
+fn valid_slice_interval(shape: &[i64], dim: i64, start: i64, end: i64, at: usize) -> Step<bool> {
+    if shape.is_empty() {
+        return decline("slice interval on a rank-0 shape (stock raises)", at);
+    }
+    let d = py_mod(dim, shape.len() as i64) as usize;
+    Ok(0 <= start && start < end && end <= shape[d])
+}
+
+/// Stock's `_map_slice_dim`.
+fn map_slice_dim(vm: &ViewMap, slice_dim: i64, at: usize) -> Step<Option<usize>> {
+    let Ok(new_dims) = vm.map_source_dims_to_target_axes(&[slice_dim]) else {
+        return decline("dim_maps raises on the slice dim", at);
+    };
+    let Some(new_dims) = new_dims.filter(|d| d.len() == 1) else {
+        return Ok(None);
+    };
+    let new_dim = new_dims[0];
+    if vm.source_rank() == 0 {
+        return decline("slice dim on a rank-0 view source (stock raises)", at);
+    }
+    let normalized = py_mod(slice_dim, vm.source_rank() as i64) as usize;
+    let Ok(s2t) = vm.source_to_target_axes() else {
+        return decline("dim_maps raises on source_to_target_axes", at);
+    };
+    let crosses = (0..s2t.len()).any(|s| s2t[s].contains(&new_dim) && s != normalized);
+    Ok((!crosses).then_some(new_dim))
+}
