@@ -19,11 +19,10 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from torch import fx
-
 from arm_accel import capture, models, stats
 from arm_accel.passes import propagate, scan_plan
 from arm_accel.testing import assert_graphs_equal
+from torch import fx
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
@@ -117,8 +116,10 @@ def main() -> None:
                 print(f"  {key}: {n}")
         on = min(timed_replay(records, True) for _ in range(args.repeat))
         off = min(timed_replay(records, False) for _ in range(args.repeat))
-        print(f"  replay of all calls (best of {args.repeat}): planner {on:.3f} s, "
-              f"python walk {off:.3f} s")
+        print(
+            f"  replay of all calls (best of {args.repeat}): planner {on:.3f} s, "
+            f"python walk {off:.3f} s"
+        )
 
 
 if __name__ == "__main__":

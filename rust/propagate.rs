@@ -108,10 +108,7 @@ impl ScanInput<'_> {
         for i in 0..n {
             let s = self.special[i];
             if s < 0 {
-                return Err(TableError::new(
-                    "special",
-                    format!("node {i} has code {s}"),
-                ));
+                return Err(TableError::new("special", format!("node {i} has code {s}")));
             }
             if (s == SPECIAL_INT48) != self.table.has_flag(i, flag::INT48) {
                 return Err(TableError::new(
@@ -441,7 +438,10 @@ impl Model<'_> {
     }
 
     fn can_cross_next_nodes(&self, frontier: usize, next: &[usize]) -> bool {
-        if self.users[frontier].iter().any(|&u| self.blocks_crossing(u)) {
+        if self.users[frontier]
+            .iter()
+            .any(|&u| self.blocks_crossing(u))
+        {
             return false;
         }
         next.iter()
@@ -517,7 +517,12 @@ impl Model<'_> {
         Ok(true)
     }
 
-    fn can_move_through_elementwise(&self, moving: usize, frontier: usize, nx: usize) -> Step<bool> {
+    fn can_move_through_elementwise(
+        &self,
+        moving: usize,
+        frontier: usize,
+        nx: usize,
+    ) -> Step<bool> {
         if self.base_can_move_through_elementwise(moving, nx)? {
             return Ok(true);
         }
@@ -708,7 +713,10 @@ impl Model<'_> {
             return Ok(None);
         }
         let Some(input_shape) = self.shape(self.inputs[nx][0]) else {
-            return decline("swapped node's input has no tensor value (stock raises)", nx);
+            return decline(
+                "swapped node's input has no tensor value (stock raises)",
+                nx,
+            );
         };
         let Ok(new_shape) = vm.remap_target_shape(input_shape) else {
             return decline("dim_maps raises on remap_target_shape", nx);
@@ -978,4 +986,372 @@ fn map_slice_dim(vm: &ViewMap, slice_dim: i64, at: usize) -> Step<Option<usize>>
     };
     let crosses = (0..s2t.len()).any(|s| s2t[s].contains(&new_dim) && s != normalized);
     Ok((!crosses).then_some(new_dim))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{OwnedTable, TableBuilder};
+
+    // Target codes of the synthetic tables.
+    const PERMUTE: i32 = 0;
+    const RELU: i32 = 1;
+    const MEAN: i32 = 2;
+    const TABLE_OP: i32 = 3;
+    const VIEW: i32 = 4;
+    const ADD: i32 = 5;
+
+    fn builder() -> TableBuilder {
+        TableBuilder::new(vec![
+            class::PERMUTE,
+            class::ELEMENTWISE,
+            class::REDUCTION,
+            class::TOSA_TABLE,
+            class::VIEW,
+            class::ELEMENTWISE,
+        ])
+    }
+
+    fn target_extra() -> Vec<u32> {
+        vec![
+            extra::SCAN_TARGET,
+            0,
+            extra::ARG_UPDATE,
+            0,
+            extra::SCAN_TARGET | extra::VIEW_COPY,
+            0,
+        ]
+    }
+
+    struct Case {
+        t: OwnedTable,
+        special: Vec<i32>,
+        form: Vec<u32>,
+        extra: Vec<u32>,
+    }
+
+    impl Case {
+        fn new(t: OwnedTable, form: Vec<u32>) -> Self {
+            let special = (0..t.op.len())
+                .map(|i| {
+                    if t.flags[i] & flag::INT48 != 0 {
+                        SPECIAL_INT48
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+            Self {
+                t,
+                special,
+                form,
+                extra: target_extra(),
+            }
+        }
+
+        fn input(&self) -> ScanInput<'_> {
+            ScanInput {
+                table: self.t.view(),
+                target_extra: &self.extra,
+                special: &self.special,
+                form: &self.form,
+            }
+        }
+
+        fn plan(&self, direction: Direction) -> Result<ScanPlan, Decline> {
+            let cfg = Config {
+                direction,
+                tosa: true,
+            };
+            plan_scan_checked(&self.input(), cfg).expect("valid input")
+        }
+    }
+
+    const E: u32 = form::EXACT;
+
+    /// x -> permute -> relu -> output
+    fn permute_then_relu(relu_flags: u32) -> Case {
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(
+            op::CALL_FUNCTION,
+            RELU,
+            &[1],
+            Some(&[2, 4, 3]),
+            &[],
+            relu_flags,
+        );
+        b.push(op::OUTPUT, -1, &[2], None, &[], flag::NON_TENSOR);
+        Case::new(b.finish(), vec![0, E, 0, 0])
+    }
+
+    #[test]
+    fn down_moves_a_permute_past_an_elementwise_op() {
+        let plan = permute_then_relu(0).plan(Direction::Down).unwrap();
+        assert!(plan.modified);
+        assert_eq!(
+            plan.edits,
+            vec![Edit::Move {
+                node: 1,
+                frontier: 2,
+                previous_frontier: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn int48_blocks_a_permute() {
+        let plan = permute_then_relu(flag::INT48)
+            .plan(Direction::Down)
+            .unwrap();
+        assert_eq!(plan, ScanPlan::default());
+    }
+
+    #[test]
+    fn up_moves_a_permute_above_an_elementwise_op() {
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(op::CALL_FUNCTION, RELU, &[0], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[1],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::OUTPUT, -1, &[2], None, &[], flag::NON_TENSOR);
+        let plan = Case::new(b.finish(), vec![0, 0, E, 0])
+            .plan(Direction::Up)
+            .unwrap();
+        assert_eq!(
+            plan.edits,
+            vec![Edit::Move {
+                node: 2,
+                frontier: 1,
+                previous_frontier: 2
+            }]
+        );
+    }
+
+    /// x -> permute -> mean(dims, keepdim) -> output
+    fn permute_then_mean(keep: i64, dims: &[i64]) -> Case {
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[4, 2, 3]),
+            &[2, 0, 1],
+            0,
+        );
+        let mut iargs = vec![keep];
+        iargs.extend_from_slice(dims);
+        b.push(op::CALL_FUNCTION, MEAN, &[1], Some(&[4, 1, 3]), &iargs, 0);
+        b.push(op::OUTPUT, -1, &[2], None, &[], flag::NON_TENSOR);
+        let keep_form = if keep == 1 {
+            form::KEEPDIM_POSITIONAL_TRUE
+        } else {
+            0
+        };
+        Case::new(b.finish(), vec![0, E, E | keep_form, 0])
+    }
+
+    #[test]
+    fn down_swaps_a_permute_with_a_keepdim_reduction() {
+        let plan = permute_then_mean(1, &[1]).plan(Direction::Down).unwrap();
+        assert_eq!(
+            plan.edits,
+            vec![
+                Edit::SetArgs {
+                    node: 1,
+                    pos: 0,
+                    values: vec![]
+                },
+                Edit::SetArgs {
+                    node: 2,
+                    pos: 1,
+                    values: vec![ArgValue::List(vec![0])]
+                },
+                Edit::Move {
+                    node: 1,
+                    frontier: 2,
+                    previous_frontier: 1
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn reduction_without_keepdim_declines_where_stock_raises() {
+        let d = permute_then_mean(0, &[1])
+            .plan(Direction::Down)
+            .unwrap_err();
+        assert_eq!(d.reason, "reduction without keepdim=True (stock raises)");
+        assert_eq!(d.node, Some(2));
+    }
+
+    #[test]
+    fn unmodelled_arg_form_declines() {
+        let mut c = permute_then_relu(0);
+        c.form[1] = 0;
+        let d = c.plan(Direction::Down).unwrap_err();
+        assert_eq!(d.reason, "args form not modelled");
+    }
+
+    #[test]
+    fn down_fork_split_plan_declines_and_a_failed_plan_is_exact() {
+        // x -> permute -> {relu, relu}: the split applies (not ported: decline).
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[2, 4, 3]), &[], 0);
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[2, 4, 3]), &[], 0);
+        b.push(op::OUTPUT, -1, &[2, 3], None, &[], flag::NON_TENSOR);
+        let t = b.finish();
+        let c = Case::new(t.clone(), vec![0, E, 0, 0, 0]);
+        assert_eq!(
+            c.plan(Direction::Down).unwrap_err().reason,
+            "downward fork split (not ported)"
+        );
+        // One branch is a view (neither elementwise nor swappable): no plan, no move.
+        let mut t2 = t;
+        t2.target[3] = VIEW;
+        t2.iarg_ptr = vec![0, 0, 3, 3, 6, 6];
+        t2.iarg = vec![0, 2, 1, 2, 4, 3];
+        let c = Case::new(t2, vec![0, E, 0, E, 0]);
+        assert_eq!(c.plan(Direction::Down).unwrap(), ScanPlan::default());
+    }
+
+    #[test]
+    fn unsafe_table_operand_shape_keeps_the_view() {
+        // x[2,1,1,8] -> view[2,8] -> TABLE -> output; moving the view down leaves TABLE
+        // reading [2,1,1,8], which Ethos-U85 miscompiles.
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 1, 1, 8]), &[], 0);
+        b.push(op::CALL_FUNCTION, VIEW, &[0], Some(&[2, 8]), &[2, 8], 0);
+        b.push(op::CALL_FUNCTION, TABLE_OP, &[1], Some(&[2, 8]), &[], 0);
+        b.push(op::OUTPUT, -1, &[2], None, &[], flag::NON_TENSOR);
+        let c = Case::new(b.finish(), vec![0, E, 0, 0]);
+        assert_eq!(c.plan(Direction::Down).unwrap(), ScanPlan::default());
+    }
+
+    #[test]
+    fn stale_region_skips_the_second_permute() {
+        // x -> p1 -> relu -> p2 -> neg -> output: p1 moves past relu and stops at p2 (not
+        // elementwise); p2 is then downstream of the path, so it waits for the next scan.
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[2, 4, 3]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[2],
+            Some(&[2, 3, 4]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::CALL_FUNCTION, ADD, &[3], Some(&[2, 3, 4]), &[], 0);
+        b.push(op::OUTPUT, -1, &[4], None, &[], flag::NON_TENSOR);
+        let plan = Case::new(b.finish(), vec![0, E, 0, E, 0, 0])
+            .plan(Direction::Down)
+            .unwrap();
+        assert_eq!(
+            plan.edits,
+            vec![Edit::Move {
+                node: 1,
+                frontier: 2,
+                previous_frontier: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn move_rewires_users_in_fx_order() {
+        // Down move of p (x -> p -> relu -> {a, b}): a and b now read p, and p reads relu.
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3]), &[], 0);
+        b.push(op::CALL_FUNCTION, PERMUTE, &[0], Some(&[3, 2]), &[1, 0], 0);
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[3, 2]), &[], 0);
+        b.push(op::CALL_FUNCTION, ADD, &[2], Some(&[3, 2]), &[], 0);
+        b.push(op::CALL_FUNCTION, ADD, &[2], Some(&[3, 2]), &[], 0);
+        b.push(op::OUTPUT, -1, &[3, 4], None, &[], flag::NON_TENSOR);
+        let c = Case::new(b.finish(), vec![0, E, 0, 0, 0, 0]);
+        let mut m = Model {
+            t: c.t.view(),
+            inp: c.input(),
+            cfg: Config {
+                direction: Direction::Down,
+                tosa: true,
+            },
+            inputs: vec![vec![], vec![0], vec![1], vec![2], vec![2], vec![3, 4]],
+            users: vec![vec![1], vec![2], vec![3, 4], vec![5], vec![5], vec![]],
+            iargs: vec![vec![]; 6],
+            form: c.form.clone(),
+            edits: vec![],
+        };
+        m.move_node(1, 2, 1);
+        assert_eq!(m.inputs[2], vec![0]);
+        assert_eq!(m.inputs[1], vec![2]);
+        assert_eq!(m.users[2], vec![1]);
+        assert_eq!(m.users[1], vec![3, 4]);
+        assert_eq!(m.users[0], vec![2]);
+    }
+
+    #[test]
+    fn malformed_planner_columns_are_errors() {
+        let c = permute_then_relu(0);
+        let cfg = Config {
+            direction: Direction::Down,
+            tosa: true,
+        };
+        let mut bad = Case::new(c.t.clone(), c.form.clone());
+        bad.form.pop();
+        assert_eq!(
+            plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
+            "form"
+        );
+        let mut bad = Case::new(c.t.clone(), c.form.clone());
+        bad.special[2] = SPECIAL_INT48;
+        assert_eq!(
+            plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
+            "special"
+        );
+        let mut bad = Case::new(c.t.clone(), c.form.clone());
+        bad.extra[0] = 1 << 9;
+        assert_eq!(
+            plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
+            "target_extra"
+        );
+        let mut bad = Case::new(c.t.clone(), c.form.clone());
+        bad.form[1] = 1 << 7;
+        assert_eq!(
+            plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
+            "form"
+        );
+    }
 }

@@ -14,11 +14,17 @@ backend-neutral one) are planned: a subclass overriding a rule declines every sc
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import enum
+import itertools
+import operator
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from executorch.backends.arm._passes import propagate_view_copy_permute_pass as _arm
 from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -26,7 +32,15 @@ from torch import fx
 
 from arm_accel import _native, stats
 from arm_accel.passes.base import _stock_class
-from arm_accel.table import Cls, NodeTable, export_table, is_pointwise
+from arm_accel.table import (
+    Cls,
+    Flag,
+    NodeTable,
+    encode_iargs,
+    export_light,
+    is_pointwise,
+    with_int_args,
+)
 
 #: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
 ENABLED = True
@@ -144,19 +158,31 @@ def _is_int_seq(v: Any) -> bool:
     return isinstance(v, (list, tuple)) and all(map(_is_int, v))
 
 
+# Plain ints: IntFlag arithmetic costs more than the rest of a node's export.
+_PERMUTE_OR_VIEW = int(Cls.PERMUTE | Cls.VIEW)
+_REDUCTION = int(Cls.REDUCTION)
+_SLICE = int(Cls.SLICE)
+_RESCALE = int(Cls.TOSA_RESCALE)
+_IARG_CLASSES = int(Cls.PERMUTE | Cls.VIEW | Cls.REDUCTION | Cls.SLICE | Cls.CAT)
+_EXACT = int(Form.EXACT)
+_DIM_SCALAR = int(Form.DIM_SCALAR)
+_KEEPDIM_POSITIONAL_TRUE = int(Form.KEEPDIM_POSITIONAL_TRUE)
+_RESCALE_PER_TENSOR_ARGS = int(Form.RESCALE_PER_TENSOR_ARGS)
+
+
 def arg_form(node: fx.Node, cls: int) -> int:
     """The ``Form`` bits of one node's args (what the table's integer encoding leaves out)."""
     args, kwargs = node.args, node.kwargs
-    f = Form(0)
+    f = 0
     head = len(args) >= 1 and isinstance(args[0], fx.Node)
-    if cls & (Cls.PERMUTE | Cls.VIEW):
+    if cls & _PERMUTE_OR_VIEW:
         if head and len(args) == 2 and not kwargs and _is_int_seq(args[1]):
-            f |= Form.EXACT
-    elif cls & Cls.REDUCTION:
+            f |= _EXACT
+    elif cls & _REDUCTION:
         if len(args) >= 2 and _is_int(args[1]):
-            f |= Form.DIM_SCALAR
+            f |= _DIM_SCALAR
         if len(args) > 2 and args[2] is True:
-            f |= Form.KEEPDIM_POSITIONAL_TRUE
+            f |= _KEEPDIM_POSITIONAL_TRUE
         keep = args[2] if len(args) > 2 else kwargs.get("keepdim")
         if (
             head
@@ -165,15 +191,15 @@ def arg_form(node: fx.Node, cls: int) -> int:
             and "dim" not in kwargs
             and (keep is None or isinstance(keep, bool))
         ):
-            f |= Form.EXACT
-    elif cls & Cls.SLICE:
+            f |= _EXACT
+    elif cls & _SLICE:
         if head and 4 <= len(args) <= 5 and not kwargs and all(map(_is_int, args[1:])):
-            f |= Form.EXACT | Form.DIM_SCALAR
-    if cls & Cls.TOSA_RESCALE and len(args) >= 3:
+            f |= _EXACT | _DIM_SCALAR
+    if cls & _RESCALE and len(args) >= 3:
         scales = args[2]
         if not isinstance(scales, Sequence) or len(scales) == 1:
-            f |= Form.RESCALE_PER_TENSOR_ARGS
-    return int(f)
+            f |= _RESCALE_PER_TENSOR_ARGS
+    return f
 
 
 def _special_key() -> tuple[str, Any]:
@@ -182,37 +208,133 @@ def _special_key() -> tuple[str, Any]:
     return TosaSpecialDtype.meta_key(), TosaSpecialDtype.INT48
 
 
+_get_meta = operator.attrgetter("meta")
+_get_val = operator.methodcaller("get", "val")
+_FORM_CLASSES = Cls.PERMUTE | Cls.VIEW | Cls.REDUCTION | Cls.SLICE | Cls.CAT | Cls.TOSA_RESCALE
+
+# Per pass instance: target -> (class bits, extra bits), decided once per distinct target.
+_target_cache: weakref.WeakKeyDictionary[Any, dict[Any, tuple[int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _target_bits(pass_: Any, tosa: bool) -> dict[Any, tuple[int, int]]:
+    try:
+        cache = _target_cache.get(pass_)
+    except TypeError:  # not weak-referenceable: no cache
+        cache = None
+    if cache is None:
+        cache = {}
+        with contextlib.suppress(TypeError):
+            _target_cache[pass_] = cache
+    return cache
+
+
+# Per graph module: node -> (args, kwargs, class, iargs row, form) of its last export.
+_arg_caches: weakref.WeakKeyDictionary[fx.GraphModule, dict[fx.Node, tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _arg_cache_of(graph_module: fx.GraphModule) -> dict[fx.Node, tuple[Any, ...]]:
+    cache = _arg_caches.get(graph_module)
+    if cache is None:
+        cache = _arg_caches[graph_module] = {}
+    return cache
+
+
+def _extra_bits(pass_: Any, target: Any) -> int:
+    bits = Extra(0)
+    if target in pass_._targets:
+        bits |= Extra.SCAN_TARGET
+    if target == pass_._VIEW_TARGET:
+        bits |= Extra.VIEW_COPY
+    if target in pass_._ARG_UPDATE_TARGETS:
+        bits |= Extra.ARG_UPDATE
+    return int(bits)
+
+
 def export_scan_input(
     graph_module: fx.GraphModule, pass_: Any, tosa: bool
-) -> tuple[NodeTable, np.ndarray, np.ndarray, np.ndarray]:
-    """The node table and the planner's columns: (table, target_extra, special, form)."""
-    table = export_table(graph_module, classifier=_classifier(pass_, tosa))
-    extra = np.zeros(len(table.targets), dtype=np.uint32)
-    for code, target in enumerate(table.targets):
-        bits = Extra(0)
-        if target in pass_._targets:
-            bits |= Extra.SCAN_TARGET
-        if target == pass_._VIEW_TARGET:
-            bits |= Extra.VIEW_COPY
-        if target in pass_._ARG_UPDATE_TARGETS:
-            bits |= Extra.ARG_UPDATE
-        extra[code] = bits
+) -> tuple[NodeTable, np.ndarray, np.ndarray, np.ndarray] | str:
+    """The node table and the planner's columns: (table, target_extra, special, form), or
+    why the graph cannot be exported (a symbolic dim).
+
+    Same columns as ``table.export_table`` where the planner reads them (op, target, class,
+    inputs/users in fx order, rank/shape, integer args, INT48/NON_TENSOR/OPAQUE_ARGS flags),
+    built with C-level iteration; dtype and the other flags are left empty (not read).
+    """
+    cache = _target_bits(pass_, tosa)
+    classify = _classifier(pass_, tosa)
+
+    def cls_of(target: Any) -> int:
+        bits = cache.get(target)
+        if bits is None:
+            bits = cache[target] = (classify(target), _extra_bits(pass_, target))
+        return bits[0]
+
+    table = export_light(graph_module, cls_of)
+    nodes = table.nodes
+    n = len(nodes)
+    extra = np.fromiter((cache[t][1] for t in table.targets), np.uint32, len(table.targets))
+
+    metas = list(map(_get_meta, nodes))
+    vals = list(map(_get_val, metas))
+    shapes = [v.shape if isinstance(v, torch.Tensor) else None for v in vals]
+    tensor = np.fromiter(map(operator.is_not, shapes, itertools.repeat(None)), bool, n)
+    dims = [s if s is not None else () for s in shapes]
+    rank = np.fromiter(map(len, dims), np.int32, n)
+    try:  # the call declined symbolic shapes; a value the re-trace made symbolic lands here
+        shape = np.fromiter(
+            map(operator.index, itertools.chain.from_iterable(dims)), np.int64, int(rank.sum())
+        )
+    except (TypeError, RuntimeError):
+        return "symbolic shape"
+    rank[~tensor] = -1
+    shape_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.where(tensor, rank, 0), out=shape_ptr[1:])
+    flags = np.where(tensor, np.uint32(0), np.uint32(Flag.NON_TENSOR)).astype(np.uint32)
+
     key, int48 = _special_key()
-    codes: dict[Any, int] = {None: 0, int48: SPECIAL_INT48}
-    n = len(table)
+    special_vals = list(map(operator.methodcaller("get", key), metas))
     special = np.zeros(n, dtype=np.int32)
+    codes: dict[Any, int] = {int48: SPECIAL_INT48}
+    marked = np.fromiter(map(operator.is_not, special_vals, itertools.repeat(None)), bool, n)
+    for i in np.flatnonzero(marked).tolist():
+        value = special_vals[i]
+        code = codes.get(value)
+        if code is None:
+            code = codes[value] = len(codes) + 1
+        special[i] = code
+    flags[special == SPECIAL_INT48] |= np.uint32(Flag.INT48)
+
+    # Integer args and forms, for the nodes whose class has them; reused from the previous scan
+    # of this graph while the node's args and kwargs are the same objects.
     form = np.zeros(n, dtype=np.uint32)
-    classes = table.target_class
-    for i, node in enumerate(table.nodes):
-        value = node.meta.get(key)
-        if value is not None:
-            code = codes.get(value)
-            if code is None:
-                code = codes[value] = len(codes)
-            special[i] = code
-        t = table.target[i]
-        if t >= 0 and classes[t]:
-            form[i] = arg_form(node, int(classes[t]))
+    rows: list[list[int] | None] = [[]] * n
+    node_cls = table.target_class[table.target] * (table.target >= 0)
+    arg_cache = _arg_cache_of(graph_module)
+    for i in np.flatnonzero(node_cls & np.uint32(_FORM_CLASSES)).tolist():
+        c = int(node_cls[i])
+        node = nodes[i]
+        args, kwargs = node.args, node.kwargs
+        hit = arg_cache.get(node)
+        if hit is not None and hit[0] is args and hit[1] is kwargs and hit[2] == c:
+            rows[i], form[i] = hit[3], hit[4]
+            continue
+        row = encode_iargs(node, c) if c & _IARG_CLASSES else []
+        f = arg_form(node, c)
+        arg_cache[node] = (args, kwargs, c, row, f)
+        rows[i], form[i] = row, f
+    table = with_int_args(table, rows)
+    table = dataclasses.replace(
+        table,
+        rank=rank,
+        shape_ptr=shape_ptr,
+        shape=shape,
+        flags=table.flags | flags,
+        light=False,
+    )
     return table, extra, special, form
 
 
@@ -239,7 +361,11 @@ def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None
         stats.record_scan(name, config)
         return None
     direction, tosa = config
-    table, extra, special, form = export_scan_input(graph_module, pass_, tosa)
+    exported = export_scan_input(graph_module, pass_, tosa)
+    if isinstance(exported, str):
+        stats.record_scan(name, exported)
+        return None
+    table, extra, special, form = exported
     answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
     if answer[0] == "decline":
         stats.record_scan(name, answer[1])
