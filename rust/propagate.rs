@@ -150,6 +150,31 @@ pub enum Edit {
         frontier: usize,
         previous_frontier: usize,
     },
+    /// Stock's `_apply_fork_split(node, frontier, producer, branches)`.
+    ForkSplit {
+        node: usize,
+        frontier: usize,
+        producer: usize,
+        branches: Vec<ForkBranch>,
+    },
+}
+
+/// One branch of a fork split (stock's `_ForkBranchSplit`) and the id of the transform the
+/// split creates after it (ids past the table's nodes, in creation order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkBranch {
+    pub next_node: usize,
+    pub source_shape: Vec<i64>,
+    /// The next node's args rewrite (`arg_update[1]`) as (pos, values); None when the branch
+    /// is crossed as an elementwise op.
+    pub arg_update: Option<(usize, Vec<ArgValue>)>,
+    pub created: usize,
+}
+
+struct PlannedBranch {
+    next_node: usize,
+    source_shape: Vec<i64>,
+    swap: Option<Swap>,
 }
 
 /// The edits of one scan and whether stock's scan reports a modification.
@@ -198,14 +223,22 @@ struct Swap {
     next_scalar: bool,
 }
 
+/// The graph as the scan has left it so far. Node ids are table positions; nodes a fork split
+/// creates get the next ids.
 struct Model<'a> {
-    t: NodeTable<'a>,
-    inp: ScanInput<'a>,
+    target_class: &'a [u32],
+    target_extra: &'a [u32],
     cfg: Config,
+    op: Vec<u8>,
+    target: Vec<i32>,
+    /// `meta["val"]` shape, None when it is not a tensor.
+    shapes: Vec<Option<Vec<i64>>>,
+    special: Vec<i32>,
     inputs: Vec<Vec<usize>>,
     users: Vec<Vec<usize>>,
     iargs: Vec<Vec<i64>>,
     form: Vec<u32>,
+    stale: Vec<bool>,
     edits: Vec<Edit>,
 }
 
@@ -218,27 +251,13 @@ pub fn plan_scan(inp: &ScanInput<'_>, cfg: Config) -> Result<ScanPlan, Decline> 
             return decline("symbolic shape", i);
         }
     }
-    let mut m = Model {
-        t,
-        inp: *inp,
-        cfg,
-        inputs: (0..n)
-            .map(|i| t.inputs(i).iter().map(|&j| j as usize).collect())
-            .collect(),
-        users: (0..n)
-            .map(|i| t.users(i).iter().map(|&j| j as usize).collect())
-            .collect(),
-        iargs: (0..n).map(|i| t.iargs(i).to_vec()).collect(),
-        form: inp.form.to_vec(),
-        edits: Vec::new(),
-    };
-    let mut stale = vec![false; n];
+    let mut m = Model::new(inp, cfg);
     let mut modified = false;
     for i in 0..n {
-        if stale[i] || !m.is_scan_target(i) || m.users[i].is_empty() {
+        if m.stale[i] || !m.is_scan_target(i) || m.users[i].is_empty() {
             continue;
         }
-        if m.propagate(i, &mut stale)? {
+        if m.propagate(i)? {
             modified = true;
         }
     }
@@ -257,22 +276,62 @@ pub fn plan_scan_checked(
     Ok(plan_scan(inp, cfg))
 }
 
+impl<'a> Model<'a> {
+    fn new(inp: &ScanInput<'a>, cfg: Config) -> Self {
+        let t = inp.table;
+        let n = t.len();
+        Model {
+            target_class: t.target_class,
+            target_extra: inp.target_extra,
+            cfg,
+            op: t.op.to_vec(),
+            target: t.target.to_vec(),
+            shapes: (0..n)
+                .map(|i| (t.rank[i] >= 0).then(|| t.shape_row(i).to_vec()))
+                .collect(),
+            special: inp.special.to_vec(),
+            inputs: (0..n)
+                .map(|i| t.inputs(i).iter().map(|&j| j as usize).collect())
+                .collect(),
+            users: (0..n)
+                .map(|i| t.users(i).iter().map(|&j| j as usize).collect())
+                .collect(),
+            iargs: (0..n).map(|i| t.iargs(i).to_vec()).collect(),
+            // Opaque args are as unmodelled as an inexact form.
+            form: (0..n)
+                .map(|i| {
+                    if t.has_flag(i, flag::OPAQUE_ARGS) {
+                        inp.form[i] & !form::EXACT
+                    } else {
+                        inp.form[i]
+                    }
+                })
+                .collect(),
+            stale: vec![false; n],
+            edits: Vec::new(),
+        }
+    }
+}
+
 impl Model<'_> {
     // -- classes ---------------------------------------------------------------------------
 
     fn cls(&self, i: usize) -> u32 {
-        self.t.class_of(i)
+        match self.target[i] {
+            c if c < 0 => 0,
+            c => self.target_class[c as usize],
+        }
     }
 
     fn extra(&self, i: usize) -> u32 {
-        match self.t.target[i] {
+        match self.target[i] {
             c if c < 0 => 0,
-            c => self.inp.target_extra[c as usize],
+            c => self.target_extra[c as usize],
         }
     }
 
     fn is_call(&self, i: usize) -> bool {
-        self.t.op[i] == op::CALL_FUNCTION
+        self.op[i] == op::CALL_FUNCTION
     }
 
     fn is_scan_target(&self, i: usize) -> bool {
@@ -292,11 +351,11 @@ impl Model<'_> {
     }
 
     fn shape(&self, i: usize) -> Option<&[i64]> {
-        (self.t.rank[i] >= 0).then(|| self.t.shape_row(i))
+        self.shapes[i].as_deref()
     }
 
     fn exact(&self, i: usize) -> Step<()> {
-        if self.form[i] & form::EXACT == 0 || self.t.has_flag(i, flag::OPAQUE_ARGS) {
+        if self.form[i] & form::EXACT == 0 {
             return decline("args form not modelled", i);
         }
         Ok(())
@@ -311,7 +370,7 @@ impl Model<'_> {
     fn is_per_tensor_rescale(&self, i: usize) -> bool {
         self.form[i] & form::RESCALE_PER_TENSOR_ARGS != 0
             && self.inputs[i].len() == 1
-            && self.inp.special[self.inputs[i][0]] == self.inp.special[i]
+            && self.special[self.inputs[i][0]] == self.special[i]
     }
 
     fn is_elementwise(&self, i: usize) -> bool {
@@ -336,10 +395,10 @@ impl Model<'_> {
     }
 
     fn int48_or_inputs(&self, i: usize) -> bool {
-        self.inp.special[i] == SPECIAL_INT48
+        self.special[i] == SPECIAL_INT48
             || self.inputs[i]
                 .iter()
-                .any(|&j| self.inp.special[j] == SPECIAL_INT48)
+                .any(|&j| self.special[j] == SPECIAL_INT48)
     }
 
     fn blocks_moving(&self, moving: usize, frontier: usize, next: &[usize]) -> bool {
@@ -411,21 +470,16 @@ impl Model<'_> {
         }
     }
 
-    fn validated_next_nodes(
-        &self,
-        node: usize,
-        frontier: usize,
-        stale: &[bool],
-    ) -> Step<Option<Vec<usize>>> {
+    fn validated_next_nodes(&self, node: usize, frontier: usize) -> Step<Option<Vec<usize>>> {
         let next = self.next_nodes(frontier);
         if next.is_empty() {
-            let o = self.t.op[frontier];
+            let o = self.op[frontier];
             if o != op::PLACEHOLDER && o != op::OUTPUT {
                 return decline("walk reached a dead end (stock asserts)", frontier);
             }
             return Ok(None);
         }
-        if next.iter().any(|&x| stale[x]) {
+        if next.iter().any(|&x| self.stale[x]) {
             return Ok(None);
         }
         if self.cfg.direction == Direction::Up && !self.can_cross_next_nodes(frontier, &next) {
@@ -448,7 +502,7 @@ impl Model<'_> {
             .all(|&x| self.users[x].iter().all(|&u| u == frontier))
     }
 
-    fn propagate(&mut self, node: usize, stale: &mut [bool]) -> Step<bool> {
+    fn propagate(&mut self, node: usize) -> Step<bool> {
         self.exact(node)?;
         if self.inputs[node].len() != 1 {
             return decline("transform without exactly one input", node);
@@ -457,12 +511,14 @@ impl Model<'_> {
         let mut previous: Option<usize> = None;
         let mut path = vec![node];
         let mut moved = false;
-        while let Some(next) = self.validated_next_nodes(node, frontier, stale)? {
+        while let Some(next) = self.validated_next_nodes(node, frontier)? {
             if next.len() > 1 {
-                if self.maybe_split_fork(node, frontier, previous, &next)? {
-                    unreachable!("maybe_split_fork declines instead of splitting");
+                if !self.maybe_split_fork(node, frontier, previous, &next)? {
+                    break;
                 }
-                break;
+                path.extend_from_slice(&next);
+                self.mark_stale(&path);
+                return Ok(true);
             }
             let nx = next[0];
             if self.advance_through_next_node(node, frontier, nx)? {
@@ -487,7 +543,7 @@ impl Model<'_> {
             frontier,
             previous_frontier: previous,
         });
-        self.mark_stale(&path, stale);
+        self.mark_stale(&path);
         Ok(true)
     }
 
@@ -801,10 +857,10 @@ impl Model<'_> {
 
     // -- forks and cats --------------------------------------------------------------------
 
-    /// Stock's `_maybe_split_fork`: never splits going up; going down, a successful plan is a
-    /// decline (the split's edits are not ported yet), a failed plan is exact.
+    /// Stock's `_maybe_split_fork`: never splits going up; going down, plans every branch
+    /// (all or nothing) and applies the plan.
     fn maybe_split_fork(
-        &self,
+        &mut self,
         node: usize,
         frontier: usize,
         previous: Option<usize>,
@@ -813,44 +869,152 @@ impl Model<'_> {
         if self.cfg.direction == Direction::Up || (frontier != node && previous.is_none()) {
             return Ok(false);
         }
-        if self.plan_fork_split(node, frontier, next)? {
-            return decline("downward fork split (not ported)", node);
-        }
-        Ok(false)
+        let Some((producer, branches)) = self.plan_fork_split(node, frontier, next)? else {
+            return Ok(false);
+        };
+        self.apply_fork_split(node, frontier, producer, branches);
+        Ok(true)
     }
 
-    /// Whether stock's `_plan_fork_split` returns a plan.
-    fn plan_fork_split(&self, node: usize, frontier: usize, next: &[usize]) -> Step<bool> {
+    /// Stock's `_plan_fork_split`: the producer and one planned branch per next node.
+    fn plan_fork_split(
+        &self,
+        node: usize,
+        frontier: usize,
+        next: &[usize],
+    ) -> Step<Option<(usize, Vec<PlannedBranch>)>> {
         if !self.is_permute(node) || self.inputs[node].len() != 1 {
-            return Ok(false);
+            return Ok(None);
         }
-        if self.shape(self.inputs[node][0]).is_none() {
-            return Ok(false);
+        let producer = self.inputs[node][0];
+        if self.shape(producer).is_none() {
+            return Ok(None);
         }
         self.exact(node)?;
         let dims = &self.iargs[node];
-        let rank = dims.len() as i64;
-        let mut normalized: Vec<i64> = dims
+        let rank = dims.len();
+        let normalized: Vec<usize> = dims
             .iter()
-            .map(|&d| if d >= 0 { d } else { d + rank })
+            .map(|&d| if d >= 0 { d } else { d + rank as i64 })
+            .map(|d| d as usize)
             .collect();
-        normalized.sort_unstable();
-        if normalized.iter().enumerate().any(|(i, &d)| d != i as i64) {
-            return Ok(false);
+        let mut sorted = normalized.clone();
+        sorted.sort_unstable();
+        if sorted.iter().enumerate().any(|(i, &d)| d != i) {
+            return Ok(None);
         }
+        let mut branches = Vec::with_capacity(next.len());
         for &nx in next {
             let elementwise = self.can_move_through_elementwise(node, frontier, nx)?
                 || self.can_split_through_elementwise(frontier, nx);
-            if !elementwise {
-                if !self.is_swappable(nx)? || self.maybe_swap_args(node, nx)?.is_none() {
-                    return Ok(false);
+            let swap = if elementwise {
+                None
+            } else if self.is_swappable(nx)? {
+                match self.maybe_swap_args(node, nx)? {
+                    Some(swap) => Some(swap),
+                    None => return Ok(None),
+                }
+            } else {
+                return Ok(None);
+            };
+            let Some(next_shape) = self.shape(nx).filter(|s| s.len() == rank) else {
+                return Ok(None);
+            };
+            let mut source_shape = vec![1i64; rank];
+            for (output_axis, &source_axis) in normalized.iter().enumerate() {
+                source_shape[source_axis] = next_shape[output_axis];
+            }
+            branches.push(PlannedBranch {
+                next_node: nx,
+                source_shape,
+                swap,
+            });
+        }
+        Ok(Some((producer, branches)))
+    }
+
+    /// Stock's `_apply_fork_split` on the model, recorded as one edit.
+    fn apply_fork_split(
+        &mut self,
+        node: usize,
+        frontier: usize,
+        producer: usize,
+        branches: Vec<PlannedBranch>,
+    ) {
+        if frontier != node {
+            let original_user = self.users[node][0];
+            self.replace_input_with(original_user, node, producer);
+        }
+        let mut recorded = Vec::with_capacity(branches.len());
+        for branch in branches {
+            let nx = branch.next_node;
+            let old_shape = self.shapes[nx].clone();
+            let old_special = self.special[nx];
+            if frontier == node {
+                self.replace_input_with(nx, node, producer);
+            }
+            let arg_update = branch.swap.map(|swap| {
+                // `next_node.args = (branch_input, *arg_update[1][1:])`; arg_update[1][0] is
+                // the next node's first arg at plan time: the frontier.
+                let branch_input = if frontier == node { producer } else { frontier };
+                self.iargs[nx] = swap.next_iargs;
+                if swap.next_scalar {
+                    self.form[nx] |= form::DIM_SCALAR;
+                } else {
+                    self.form[nx] &= !form::DIM_SCALAR;
+                }
+                self.set_inputs(nx, vec![branch_input]);
+                match swap.next_edit {
+                    Edit::SetArgs { pos, values, .. } => (pos, values),
+                    _ => unreachable!("a swap rewrites the next node's args"),
+                }
+            });
+            self.shapes[nx] = Some(branch.source_shape.clone());
+            let created = self.create_node(node, nx, old_shape, old_special);
+            for u in self.users[nx].clone() {
+                if u != created {
+                    self.replace_input_with(u, nx, created);
                 }
             }
-            if self.shape(nx).map(<[i64]>::len) != Some(dims.len()) {
-                return Ok(false);
-            }
+            recorded.push(ForkBranch {
+                next_node: nx,
+                source_shape: branch.source_shape,
+                arg_update,
+                created,
+            });
         }
-        Ok(true)
+        if self.users[node].is_empty() {
+            self.set_inputs(node, Vec::new()); // erase_node
+        }
+        self.edits.push(Edit::ForkSplit {
+            node,
+            frontier,
+            producer,
+            branches: recorded,
+        });
+    }
+
+    /// A copy of transform `like` reading `input` (stock's branch transform), with the given
+    /// value; returns its id.
+    fn create_node(
+        &mut self,
+        like: usize,
+        input: usize,
+        shape: Option<Vec<i64>>,
+        special: i32,
+    ) -> usize {
+        let id = self.op.len();
+        self.op.push(self.op[like]);
+        self.target.push(self.target[like]);
+        self.shapes.push(shape);
+        self.special.push(special);
+        self.inputs.push(Vec::new());
+        self.users.push(Vec::new());
+        self.iargs.push(self.iargs[like].clone());
+        self.form.push(self.form[like]);
+        self.stale.push(false);
+        self.set_inputs(id, vec![input]);
+        id
     }
 
     fn can_split_through_elementwise(&self, frontier: usize, nx: usize) -> bool {
@@ -915,7 +1079,7 @@ impl Model<'_> {
             Direction::Down => {
                 let original_user = self.users[node][0];
                 let producer = self.inputs[node][0];
-                let frontier_input = if self.t.op[frontier] == op::OUTPUT {
+                let frontier_input = if self.op[frontier] == op::OUTPUT {
                     previous
                 } else {
                     frontier
@@ -931,7 +1095,7 @@ impl Model<'_> {
             }
             Direction::Up => {
                 let original_input = self.inputs[node][0];
-                let (producer, frontier_user) = if self.t.op[frontier] == op::PLACEHOLDER {
+                let (producer, frontier_user) = if self.op[frontier] == op::PLACEHOLDER {
                     (frontier, previous)
                 } else {
                     (self.inputs[frontier][0], frontier)
@@ -947,13 +1111,13 @@ impl Model<'_> {
         }
     }
 
-    fn mark_stale(&self, path: &[usize], stale: &mut [bool]) {
+    fn mark_stale(&mut self, path: &[usize]) {
         let mut pending: Vec<usize> = path.to_vec();
         while let Some(cur) = pending.pop() {
-            if stale[cur] {
+            if self.stale[cur] {
                 continue;
             }
-            stale[cur] = true;
+            self.stale[cur] = true;
             pending.extend(self.users[cur].iter().copied());
         }
     }
@@ -1209,8 +1373,8 @@ mod tests {
     }
 
     #[test]
-    fn down_fork_split_plan_declines_and_a_failed_plan_is_exact() {
-        // x -> permute -> {relu, relu}: the split applies (not ported: decline).
+    fn down_fork_split_splits_and_a_failed_plan_is_exact() {
+        // x -> permute -> {relu, relu}: one permute after each branch, the original erased.
         let mut b = builder();
         b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
         b.push(
@@ -1226,9 +1390,22 @@ mod tests {
         b.push(op::OUTPUT, -1, &[2, 3], None, &[], flag::NON_TENSOR);
         let t = b.finish();
         let c = Case::new(t.clone(), vec![0, E, 0, 0, 0]);
+        let plan = c.plan(Direction::Down).unwrap();
+        assert!(plan.modified);
+        let branch = |next_node, created| ForkBranch {
+            next_node,
+            source_shape: vec![2, 3, 4],
+            arg_update: None,
+            created,
+        };
         assert_eq!(
-            c.plan(Direction::Down).unwrap_err().reason,
-            "downward fork split (not ported)"
+            plan.edits,
+            vec![Edit::ForkSplit {
+                node: 1,
+                frontier: 1,
+                producer: 0,
+                branches: vec![branch(2, 5), branch(3, 6)],
+            }]
         );
         // One branch is a view (neither elementwise nor swappable): no plan, no move.
         let mut t2 = t;
@@ -1301,19 +1478,12 @@ mod tests {
         b.push(op::CALL_FUNCTION, ADD, &[2], Some(&[3, 2]), &[], 0);
         b.push(op::OUTPUT, -1, &[3, 4], None, &[], flag::NON_TENSOR);
         let c = Case::new(b.finish(), vec![0, E, 0, 0, 0, 0]);
-        let mut m = Model {
-            t: c.t.view(),
-            inp: c.input(),
-            cfg: Config {
-                direction: Direction::Down,
-                tosa: true,
-            },
-            inputs: vec![vec![], vec![0], vec![1], vec![2], vec![2], vec![3, 4]],
-            users: vec![vec![1], vec![2], vec![3, 4], vec![5], vec![5], vec![]],
-            iargs: vec![vec![]; 6],
-            form: c.form.clone(),
-            edits: vec![],
+        let input = c.input();
+        let cfg = Config {
+            direction: Direction::Down,
+            tosa: true,
         };
+        let mut m = Model::new(&input, cfg);
         m.move_node(1, 2, 1);
         assert_eq!(m.inputs[2], vec![0]);
         assert_eq!(m.inputs[1], vec![2]);

@@ -47,6 +47,31 @@ fn edit_tuple<'py>(py: Python<'py>, e: &Edit) -> PyResult<Bound<'py, PyTuple>> {
             frontier,
             previous_frontier,
         } => ("move", *node, *frontier, *previous_frontier).into_pyobject(py),
+        Edit::ForkSplit {
+            node,
+            frontier,
+            producer,
+            branches,
+        } => {
+            let items = branches
+                .iter()
+                .map(|b| {
+                    let update = match &b.arg_update {
+                        Some((pos, values)) => {
+                            let vals = values
+                                .iter()
+                                .map(|v| arg_value(py, v))
+                                .collect::<PyResult<Vec<_>>>()?;
+                            Some((*pos, PyList::new(py, vals)?))
+                        }
+                        None => None,
+                    };
+                    let shape = PyList::new(py, &b.source_shape)?;
+                    (b.next_node, shape, update, b.created).into_pyobject(py)
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            ("fork", *node, *frontier, *producer, PyList::new(py, items)?).into_pyobject(py)
+        }
     }
 }
 

@@ -105,6 +105,36 @@ def _permute_fork() -> fx.GraphModule:
     return g.done(a, b)
 
 
+def _relu_fork() -> fx.GraphModule:
+    # permute -> relu -> {neg, abs}: the permute crosses relu, then splits over the fork.
+    g = _Graph()
+    x = g.input("x", (2, 3, 4))
+    p = g.op(edge.permute_copy.default, (x, [0, 2, 1]), (2, 4, 3))
+    r = g.op(edge.relu.default, (p,), (2, 4, 3))
+    a = g.op(edge.neg.default, (r,), (2, 4, 3))
+    b = g.op(edge.abs.default, (r,), (2, 4, 3))
+    return g.done(a, b)
+
+
+def _fork_mean_slice() -> fx.GraphModule:
+    g = _Graph()
+    x = g.input("x", (2, 3, 4))
+    p = g.op(edge.permute_copy.default, (x, [2, 0, 1]), (4, 2, 3))
+    m = g.op(edge.mean.dim, (p, [1], True), (4, 1, 3))
+    s = g.op(edge.slice_copy.Tensor, (p, 2, 0, 2), (4, 2, 2))
+    r = g.op(edge.relu.default, (m,), (4, 1, 3))
+    return g.done(r, s)
+
+
+def _fork_blocked() -> fx.GraphModule:
+    g = _Graph()
+    x = g.input("x", (2, 3, 4))
+    p = g.op(edge.permute_copy.default, (x, [0, 2, 1]), (2, 4, 3))
+    a = g.op(edge.relu.default, (p,), (2, 4, 3))
+    v = g.op(edge.view_copy.default, (p, [24]), (24,))
+    return g.done(a, v)
+
+
 def _permute_mean(keepdim: bool) -> fx.GraphModule:
     g = _Graph()
     x = g.input("x", (2, 3, 4))
@@ -218,7 +248,10 @@ def _scatter_up() -> fx.GraphModule:
 CASES = [
     ("permute past relu", _permute_relu, Down, "native", True),
     ("permute above relu", _elementwise_up, Up, "native", True),
-    ("fork split", _permute_fork, Down, "declined: downward fork split (not ported)", None),
+    ("fork split", _permute_fork, Down, "native", True),
+    ("fork split after a move", _relu_fork, Down, "native", True),
+    ("fork split with swaps", _fork_mean_slice, Down, "native", True),
+    ("fork with an unplannable branch", _fork_blocked, Down, "native", False),
     ("reduction swap down", lambda: _permute_mean(True), Down, "native", True),
     ("reduction swap up", _view_mean_up, Up, "native", True),
     ("slice swap down", lambda: _permute_slice(False), Down, "native", True),

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from executorch.backends.arm._passes import propagate_view_copy_permute_pass as _arm
 from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
+from executorch.backends.transforms.propagate_view_copy_permute_pass import _ForkBranchSplit
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
 
@@ -87,6 +88,7 @@ _RULES = (
     "_maybe_swap_permute_args",
     "_maybe_swap_view_args",
     "_maybe_split_fork",
+    "_apply_fork_split",
     "_maybe_split_upwards_cat_fanout",
     "_move_node",
     "_mark_stale_region",
@@ -338,7 +340,7 @@ def export_scan_input(
     return table, extra, special, form
 
 
-def apply_edits(pass_: Any, nodes: Sequence[fx.Node], edits: Sequence[tuple[Any, ...]]) -> None:
+def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...]]) -> None:
     """Apply a planned scan's edits in order, as stock makes them."""
     for edit in edits:
         if edit[0] == "args":
@@ -346,9 +348,32 @@ def apply_edits(pass_: Any, nodes: Sequence[fx.Node], edits: Sequence[tuple[Any,
             node = nodes[i]
             args = node.args
             node.args = (*args[:pos], *values, *args[pos + len(values) :])
-        else:
+        elif edit[0] == "move":
             _, i, frontier, previous = edit
             pass_._move_node(nodes[i], nodes[frontier], nodes[previous])
+        else:
+            _apply_fork_split(pass_, nodes, edit)
+
+
+def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -> None:
+    """Stock's ``_apply_fork_split`` with the plan rebuilt as stock's ``_plan_fork_split``
+    returns it; the transforms it creates (one right after each branch) get the next ids."""
+    _, i, frontier, producer, branches = edit
+    node = nodes[i]
+    splits = []
+    for next_id, source_shape, update, _created in branches:
+        next_node = nodes[next_id]
+        arg_update = None
+        if update is not None:
+            pos, values = update
+            args = next_node.args
+            arg_update = (node.args, (*args[:pos], *values, *args[pos + len(values) :]))
+        splits.append(_ForkBranchSplit(next_node, tuple(source_shape), arg_update))
+    pass_._apply_fork_split(node, nodes[frontier], nodes[producer], tuple(splits))
+    for next_id, _shape, _update, created in branches:
+        if created != len(nodes):
+            raise AssertionError(f"fork split created node {created}, expected {len(nodes)}")
+        nodes.append(nodes[next_id].next)
 
 
 def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None:
