@@ -21,7 +21,8 @@ use crate::table::{class, flag, op, NodeTable, TableError};
 pub mod form {
     /// The args the rules read are positional, plain ints / int lists as the table encodes
     /// them (permute/view: `(x, [ints])`; reduction: `(x, int | [ints], [bool, ...])`;
-    /// slice: `(x, dim, start, end[, step])` all ints).
+    /// slice: `(x, dim, start, end[, step])` all ints; cat: `(nodes[, dim])` or a `dim`
+    /// kwarg, dim an int).
     pub const EXACT: u32 = 1 << 0;
     /// `args[1]` is a single int (reductions, slices), not a list.
     pub const DIM_SCALAR: u32 = 1 << 1;
@@ -30,7 +31,9 @@ pub mod form {
     /// A RESCALE whose args satisfy `_is_per_tensor_rescale`'s static part: at least three
     /// args and a scalar or one-element scales arg.
     pub const RESCALE_PER_TENSOR_ARGS: u32 = 1 << 3;
-    pub const ALL: u32 = (1 << 4) - 1;
+    /// A permute's / view's `args[1]` is a tuple (not a list): equality in Python sees it.
+    pub const ARG1_TUPLE: u32 = 1 << 4;
+    pub const ALL: u32 = (1 << 5) - 1;
 }
 
 /// Per-target bits the generic table classes do not carry (`target_extra`, by target code).
@@ -41,7 +44,9 @@ pub mod extra {
     pub const VIEW_COPY: u32 = 1 << 1;
     /// In the pass's `_ARG_UPDATE_TARGETS`.
     pub const ARG_UPDATE: u32 = 1 << 2;
-    pub const ALL: u32 = (1 << 3) - 1;
+    /// `_PERMUTE_TARGET`: what the cat fan-out creates.
+    pub const PERMUTE_TARGET: u32 = 1 << 3;
+    pub const ALL: u32 = (1 << 4) - 1;
 }
 
 /// Special dtype code of `TosaSpecialDtype.INT48` in the `special` column.
@@ -150,6 +155,13 @@ pub enum Edit {
         frontier: usize,
         previous_frontier: usize,
     },
+    /// Stock's `_maybe_split_upwards_cat_fanout(node, cat)` (which plans and applies); it
+    /// creates one permute per cat input, before the cat, with the ids in `created`.
+    CatFanout {
+        node: usize,
+        cat: usize,
+        created: Vec<usize>,
+    },
     /// Stock's `_apply_fork_split(node, frontier, producer, branches)`.
     ForkSplit {
         node: usize,
@@ -169,6 +181,37 @@ pub struct ForkBranch {
     /// is crossed as an elementwise op.
     pub arg_update: Option<(usize, Vec<ArgValue>)>,
     pub created: usize,
+}
+
+struct CatPlan {
+    perm: Vec<i64>,
+    tuple: u32,
+    new_cat_dim: i64,
+    inputs: Vec<usize>,
+    shapes: Vec<Vec<i64>>,
+    permute_code: i32,
+}
+
+/// `CanonicalizeViewCopyPermutePass._is_singleton_permutation`; Err where `_normalize_dim`
+/// asserts.
+fn is_singleton_permutation(shape: &[i64], perm: &[i64]) -> Result<bool, ()> {
+    let rank = shape.len() as i64;
+    let mut normalized = Vec::with_capacity(perm.len());
+    for &d in perm {
+        let n = if d >= 0 { d } else { d + rank };
+        if !(0..rank).contains(&n) {
+            return Err(());
+        }
+        normalized.push(n as usize);
+    }
+    let mut sorted = normalized.clone();
+    sorted.sort_unstable();
+    if sorted.len() != shape.len() || sorted.iter().enumerate().any(|(i, &d)| d != i) {
+        return Ok(false);
+    }
+    let non_singleton: Vec<usize> = (0..shape.len()).filter(|&a| shape[a] != 1).collect();
+    let permuted: Vec<usize> = normalized.into_iter().filter(|&a| shape[a] != 1).collect();
+    Ok(permuted == non_singleton)
 }
 
 struct PlannedBranch {
@@ -528,8 +571,11 @@ impl Model<'_> {
                 moved = true;
                 continue;
             }
-            if self.cat_fanout_applies(node, nx) {
-                return decline("upward cat fan-out (not ported)", node);
+            if let Some(plan) = self.plan_cat_fanout(node, nx)? {
+                self.apply_cat_fanout(node, nx, plan);
+                path.push(nx);
+                self.mark_stale(&path);
+                return Ok(true);
             }
             break;
         }
@@ -1003,17 +1049,38 @@ impl Model<'_> {
         shape: Option<Vec<i64>>,
         special: i32,
     ) -> usize {
+        let id = self.push_node(
+            self.op[like],
+            self.target[like],
+            shape,
+            special,
+            self.iargs[like].clone(),
+            self.form[like],
+        );
+        self.set_inputs(id, vec![input]);
+        id
+    }
+
+    /// A new node without inputs or users; returns its id.
+    fn push_node(
+        &mut self,
+        op: u8,
+        target: i32,
+        shape: Option<Vec<i64>>,
+        special: i32,
+        iargs: Vec<i64>,
+        form: u32,
+    ) -> usize {
         let id = self.op.len();
-        self.op.push(self.op[like]);
-        self.target.push(self.target[like]);
+        self.op.push(op);
+        self.target.push(target);
         self.shapes.push(shape);
         self.special.push(special);
         self.inputs.push(Vec::new());
         self.users.push(Vec::new());
-        self.iargs.push(self.iargs[like].clone());
-        self.form.push(self.form[like]);
+        self.iargs.push(iargs);
+        self.form.push(form);
         self.stale.push(false);
-        self.set_inputs(id, vec![input]);
         id
     }
 
@@ -1029,14 +1096,108 @@ impl Model<'_> {
             .all(|&i| i == frontier || self.is_layout_invariant(i, rank))
     }
 
-    /// Whether stock's upward cat fan-out would get past its class checks (from there on it
-    /// reads arg forms the table does not carry, so the scan declines).
-    fn cat_fanout_applies(&self, node: usize, nx: usize) -> bool {
-        self.cfg.direction == Direction::Up
-            && self.is_permute(node)
-            && self.has(nx, class::CAT)
-            && !self.users[nx].is_empty()
-            && self.users[nx].iter().all(|&u| self.is_permute(u))
+    /// Stock's `_maybe_split_upwards_cat_fanout` up to its first edit: the plan when it
+    /// applies.
+    fn plan_cat_fanout(&self, node: usize, nx: usize) -> Step<Option<CatPlan>> {
+        if self.cfg.direction == Direction::Down || !self.is_permute(node) {
+            return Ok(None);
+        }
+        if !self.has(nx, class::CAT) {
+            return Ok(None);
+        }
+        let cat_users = &self.users[nx];
+        if cat_users.is_empty() || !cat_users.iter().all(|&u| self.is_permute(u)) {
+            return Ok(None);
+        }
+        for &u in cat_users {
+            self.exact(u)?;
+        }
+        let first = cat_users[0];
+        let perm = self.iargs[first].clone();
+        let tuple = self.form[first] & form::ARG1_TUPLE;
+        if !cat_users
+            .iter()
+            .all(|&u| self.iargs[u] == perm && self.form[u] & form::ARG1_TUPLE == tuple)
+        {
+            return Ok(None);
+        }
+        self.exact(nx)?;
+        let cat_dim = self.iargs[nx][0];
+        let pm = self.permute_map(node)?;
+        let Ok(mapped) = pm.map_dims(&[cat_dim]) else {
+            return decline("dim_maps raises on the cat dim", nx);
+        };
+        let new_cat_dim = mapped[0] as i64;
+        let inputs = self.inputs[nx].clone();
+        let mut shapes = Vec::with_capacity(inputs.len());
+        for &i in &inputs {
+            match self.shape(i) {
+                Some(s) => shapes.push(s.to_vec()),
+                None => return decline("cat input has no tensor value (stock raises)", i),
+            }
+        }
+        for s in &shapes {
+            if !is_singleton_permutation(s, &perm).or_else(|_| decline("invalid dim", nx))? {
+                return Ok(None);
+            }
+        }
+        let Some(permute_code) = (0..self.target_extra.len())
+            .find(|&c| self.target_extra[c] & extra::PERMUTE_TARGET != 0)
+        else {
+            return decline("cat fan-out creates a permute target the table lacks", nx);
+        };
+        Ok(Some(CatPlan {
+            perm,
+            tuple,
+            new_cat_dim,
+            inputs,
+            shapes,
+            permute_code: permute_code as i32,
+        }))
+    }
+
+    /// The edits of stock's cat fan-out, on the model.
+    fn apply_cat_fanout(&mut self, node: usize, nx: usize, plan: CatPlan) {
+        let cat_users = self.users[nx].clone();
+        let mut created = Vec::with_capacity(plan.inputs.len());
+        for (&i, shape) in plan.inputs.iter().zip(&plan.shapes) {
+            let rank = shape.len() as i64;
+            let output: Vec<i64> = plan
+                .perm
+                .iter()
+                .map(|&d| shape[if d >= 0 { d } else { d + rank } as usize])
+                .collect();
+            let id = self.push_node(
+                op::CALL_FUNCTION,
+                plan.permute_code,
+                Some(output),
+                self.special[i],
+                plan.perm.clone(),
+                form::EXACT | plan.tuple,
+            );
+            self.set_inputs(id, vec![i]);
+            created.push(id);
+        }
+        self.set_inputs(nx, created.clone());
+        self.iargs[nx] = vec![plan.new_cat_dim];
+        self.form[nx] = form::EXACT;
+        self.shapes[nx] = self.shapes[node].clone();
+        self.special[nx] = self.special[node];
+        for &u in &cat_users {
+            for w in self.users[u].clone() {
+                self.replace_input_with(w, u, nx);
+            }
+        }
+        for &u in &cat_users {
+            if self.users[u].is_empty() {
+                self.set_inputs(u, Vec::new()); // erase_node
+            }
+        }
+        self.edits.push(Edit::CatFanout {
+            node,
+            cat: nx,
+            created,
+        });
     }
 
     // -- edits on the model ----------------------------------------------------------------
@@ -1414,6 +1575,33 @@ mod tests {
         t2.iarg = vec![0, 2, 1, 2, 4, 3];
         let c = Case::new(t2, vec![0, E, 0, E, 0]);
         assert_eq!(c.plan(Direction::Down).unwrap(), ScanPlan::default());
+    }
+
+    #[test]
+    fn up_cat_fanout_puts_a_permute_on_each_input() {
+        // a, b [2,1,3] -> cat(dim 0) [4,1,3] -> permute [1,0,2]: singleton moves only.
+        let mut b = TableBuilder::new(vec![class::PERMUTE, class::CAT]);
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 1, 3]), &[], 0);
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 1, 3]), &[], 0);
+        b.push(op::CALL_FUNCTION, 1, &[0, 1], Some(&[4, 1, 3]), &[0], 0);
+        b.push(op::CALL_FUNCTION, 0, &[2], Some(&[1, 4, 3]), &[1, 0, 2], 0);
+        b.push(op::OUTPUT, -1, &[3], None, &[], flag::NON_TENSOR);
+        let mut c = Case::new(b.finish(), vec![0, 0, E, E, 0]);
+        c.extra = vec![extra::SCAN_TARGET | extra::PERMUTE_TARGET, 0];
+        let plan = c.plan(Direction::Up).unwrap();
+        assert!(plan.modified);
+        assert_eq!(
+            plan.edits,
+            vec![Edit::CatFanout {
+                node: 3,
+                cat: 2,
+                created: vec![5, 6]
+            }]
+        );
+        // A non-singleton move of the inputs: no fan-out, nothing moves.
+        c.t.shape[..3].copy_from_slice(&[2, 2, 3]);
+        c.t.shape[3..6].copy_from_slice(&[2, 2, 3]);
+        assert_eq!(c.plan(Direction::Up).unwrap(), ScanPlan::default());
     }
 
     #[test]

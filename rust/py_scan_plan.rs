@@ -47,6 +47,9 @@ fn edit_tuple<'py>(py: Python<'py>, e: &Edit) -> PyResult<Bound<'py, PyTuple>> {
             frontier,
             previous_frontier,
         } => ("move", *node, *frontier, *previous_frontier).into_pyobject(py),
+        Edit::CatFanout { node, cat, created } => {
+            ("cat", *node, *cat, PyList::new(py, created)?).into_pyobject(py)
+        }
         Edit::ForkSplit {
             node,
             frontier,

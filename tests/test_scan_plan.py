@@ -186,13 +186,18 @@ def _elementwise_up() -> fx.GraphModule:
     return g.done(p)
 
 
-def _cat_fanout() -> fx.GraphModule:
+def _cat_fanout(
+    users: int = 1, tuple_dims: bool = False, shape: tuple[int, ...] = (2, 1, 3)
+) -> fx.GraphModule:
     g = _Graph()
-    a = g.input("a", (2, 1, 3))
-    b = g.input("b", (2, 1, 3))
-    c = g.op(edge.cat.default, ([a, b], 0), (4, 1, 3))
-    p = g.op(edge.permute_copy.default, (c, [1, 0, 2]), (1, 4, 3))
-    return g.done(p)
+    a = g.input("a", shape)
+    b = g.input("b", shape)
+    cat_shape = (shape[0] * 2, *shape[1:])
+    c = g.op(edge.cat.default, ([a, b], 0), cat_shape)
+    out_shape = (cat_shape[1], cat_shape[0], cat_shape[2])
+    perm: Any = (1, 0, 2) if tuple_dims else [1, 0, 2]
+    outs = [g.op(edge.permute_copy.default, (c, perm), out_shape) for _ in range(users)]
+    return g.done(*outs)
 
 
 def _table(shape: tuple[int, ...]) -> fx.GraphModule:
@@ -258,7 +263,10 @@ CASES = [
     ("slice swap with step", lambda: _permute_slice(True), Down, "native", True),
     ("view slice down", _view_slice_down, Down, "native", True),
     ("view unit slice up", _view_unit_slice_up, Up, "native", True),
-    ("cat fan-out", _cat_fanout, Up, "declined: upward cat fan-out (not ported)", None),
+    ("cat fan-out", _cat_fanout, Up, "native", True),
+    ("cat fan-out, tuple dims", lambda: _cat_fanout(tuple_dims=True), Up, "native", True),
+    ("cat with two permute users", lambda: _cat_fanout(users=2), Up, "native", False),
+    ("cat fan-out, not singleton", lambda: _cat_fanout(shape=(2, 2, 3)), Up, "native", False),
     ("unsafe TABLE shape", lambda: _table((2, 1, 1, 8)), Down, "native", False),
     ("safe TABLE shape", lambda: _table((1, 1, 1, 8)), Down, "native", True),
     ("INT48 blocks", _int48_permute, Down, "native", False),

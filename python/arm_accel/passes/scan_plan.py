@@ -54,6 +54,7 @@ class Form(enum.IntFlag):
     DIM_SCALAR = 1 << 1
     KEEPDIM_POSITIONAL_TRUE = 1 << 2
     RESCALE_PER_TENSOR_ARGS = 1 << 3
+    ARG1_TUPLE = 1 << 4
 
 
 class Extra(enum.IntFlag):
@@ -62,6 +63,7 @@ class Extra(enum.IntFlag):
     SCAN_TARGET = 1 << 0
     VIEW_COPY = 1 << 1
     ARG_UPDATE = 1 << 2
+    PERMUTE_TARGET = 1 << 3
 
 
 SPECIAL_INT48 = 1
@@ -170,6 +172,8 @@ _EXACT = int(Form.EXACT)
 _DIM_SCALAR = int(Form.DIM_SCALAR)
 _KEEPDIM_POSITIONAL_TRUE = int(Form.KEEPDIM_POSITIONAL_TRUE)
 _RESCALE_PER_TENSOR_ARGS = int(Form.RESCALE_PER_TENSOR_ARGS)
+_ARG1_TUPLE = int(Form.ARG1_TUPLE)
+_CAT = int(Cls.CAT)
 
 
 def arg_form(node: fx.Node, cls: int) -> int:
@@ -180,6 +184,8 @@ def arg_form(node: fx.Node, cls: int) -> int:
     if cls & _PERMUTE_OR_VIEW:
         if head and len(args) == 2 and not kwargs and _is_int_seq(args[1]):
             f |= _EXACT
+            if isinstance(args[1], tuple):
+                f |= _ARG1_TUPLE
     elif cls & _REDUCTION:
         if len(args) >= 2 and _is_int(args[1]):
             f |= _DIM_SCALAR
@@ -197,6 +203,16 @@ def arg_form(node: fx.Node, cls: int) -> int:
     elif cls & _SLICE:
         if head and 4 <= len(args) <= 5 and not kwargs and all(map(_is_int, args[1:])):
             f |= _EXACT | _DIM_SCALAR
+    elif cls & _CAT:
+        dim = args[1] if len(args) >= 2 else kwargs.get("dim", 0)
+        if (
+            1 <= len(args) <= 2
+            and isinstance(args[0], (list, tuple))
+            and all(isinstance(a, fx.Node) for a in args[0])
+            and set(kwargs) <= {"dim"}
+            and _is_int(dim)
+        ):
+            f |= _EXACT
     if cls & _RESCALE and len(args) >= 3:
         scales = args[2]
         if not isinstance(scales, Sequence) or len(scales) == 1:
@@ -253,6 +269,8 @@ def _extra_bits(pass_: Any, target: Any) -> int:
         bits |= Extra.VIEW_COPY
     if target in pass_._ARG_UPDATE_TARGETS:
         bits |= Extra.ARG_UPDATE
+    if target == pass_._PERMUTE_TARGET:
+        bits |= Extra.PERMUTE_TARGET
     return int(bits)
 
 
@@ -348,6 +366,14 @@ def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...
             node = nodes[i]
             args = node.args
             node.args = (*args[:pos], *values, *args[pos + len(values) :])
+        elif edit[0] == "cat":
+            _, i, cat, created = edit
+            if not pass_._maybe_split_upwards_cat_fanout(nodes[i], nodes[cat]):
+                raise AssertionError("planned cat fan-out did not apply")
+            new_inputs = nodes[cat].args[0]
+            if len(new_inputs) != len(created) or created[:1] != [len(nodes)]:
+                raise AssertionError("cat fan-out created other nodes than planned")
+            nodes.extend(new_inputs)
         elif edit[0] == "move":
             _, i, frontier, previous = edit
             pass_._move_node(nodes[i], nodes[frontier], nodes[previous])
