@@ -97,9 +97,18 @@ _RULES = (
     "_mark_downstream_nodes_stale",
     "_dim_arg",
 )
-_UP_RULES = ("_maybe_swap_reduction_view_args", "_maybe_swap_slice_view_args", "_map_slice_dim")
+_UP_RULES = (
+    "_maybe_swap_reduction_view_args",
+    "_maybe_swap_slice_view_args",
+    "_map_slice_dim",
+    "_valid_slice_interval",
+)
 _DOWN_RULES = ("_plan_fork_split", "_can_split_through_elementwise")
-_TOSA_RULES = ("_is_per_tensor_rescale", "_node_or_inputs_are_int48")
+_TOSA_RULES = (
+    "_is_per_tensor_rescale",
+    "_node_or_inputs_are_int48",
+    "_is_unsafe_table_operand_shape",
+)
 
 
 def _references() -> list[tuple[str, bool, type]]:
