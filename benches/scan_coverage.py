@@ -96,6 +96,39 @@ def timed_replay(records: list[capture.Captured], enabled: bool) -> float:
         scan_plan.ENABLED = previous
 
 
+def first_scan_costs(records: list[capture.Captured], repeat: int = 5) -> None:
+    """Per call, the first scan on its captured input: planner (export, plan, apply) vs stock's
+    walk, in milliseconds (best of ``repeat``, each on a fresh copy)."""
+    from arm_accel import _native
+
+    for record in records:
+        inst = record.pass_instance
+        pass_ = getattr(propagate, record.pass_name)(inst.compile_spec, inst.exported_program)
+        config = scan_plan.scan_config(pass_)
+        assert not isinstance(config, str), config
+        direction, tosa = config
+        best = {"export": 1e9, "plan": 1e9, "apply": 1e9, "python walk": 1e9}
+        with _tosa_context(inst):
+            for _ in range(repeat):
+                gm, ref = record.fresh_graph(), record.fresh_graph()
+                t0 = time.perf_counter()
+                exported = scan_plan.export_scan_input(gm, pass_, tosa)
+                assert not isinstance(exported, str), exported
+                t1 = time.perf_counter()
+                answer = _native.plan_propagation_scan(*exported, direction, tosa)
+                t2 = time.perf_counter()
+                if answer[0] == "plan":
+                    scan_plan.apply_edits(pass_, exported[0].nodes, answer[2])
+                t3 = time.perf_counter()
+                pass_._python_scan(ref)
+                t4 = time.perf_counter()
+                for key, dt in zip(best, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                    best[key] = min(best[key], dt)
+        n = len(record.graph_module.graph.nodes)
+        figures = ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in best.items())
+        print(f"  first scan of {record.pass_name}[{record.index}] ({n} nodes): {figures}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("models", nargs="+")
@@ -114,12 +147,15 @@ def main() -> None:
         for key, n in sorted(counts.items()):
             if key != "native":
                 print(f"  {key}: {n}")
-        on = min(timed_replay(records, True) for _ in range(args.repeat))
-        off = min(timed_replay(records, False) for _ in range(args.repeat))
+        on, off = float("inf"), float("inf")
+        for _ in range(args.repeat):  # interleaved, so load drifts hit both alike
+            on = min(on, timed_replay(records, True))
+            off = min(off, timed_replay(records, False))
         print(
             f"  replay of all calls (best of {args.repeat}): planner {on:.3f} s, "
             f"python walk {off:.3f} s"
         )
+        first_scan_costs(records)
 
 
 if __name__ == "__main__":
