@@ -42,6 +42,12 @@ def assert_users_equal(a: fx.GraphModule, b: fx.GraphModule) -> None:
 def checked_scans(counts: Counter[str]) -> Iterator[None]:
     """Every planned scan is compared with stock's walk on a deep copy of its input."""
     original = scan_plan.run_scan
+    original_apply = scan_plan.apply_edits
+
+    def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Any) -> None:
+        for edit in edits:
+            counts[f"edit: {edit[0]}"] += 1
+        original_apply(pass_, nodes, edits)
 
     def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None:
         reference = copy.deepcopy(graph_module)
@@ -61,10 +67,12 @@ def checked_scans(counts: Counter[str]) -> Iterator[None]:
         return planned
 
     scan_plan.run_scan = run_scan
+    scan_plan.apply_edits = apply_edits
     try:
         yield
     finally:
         scan_plan.run_scan = original
+        scan_plan.apply_edits = original_apply
 
 
 def _tosa_context(instance: Any) -> Any:
@@ -142,7 +150,7 @@ def main() -> None:
         counts: Counter[str] = Counter()
         with checked_scans(counts):
             replay(records)
-        total = sum(counts.values())
+        total = sum(n for key, n in counts.items() if not key.startswith("edit"))
         print(f"{name}: {len(records)} calls, {total} scans, {counts['native']} planned natively")
         for key, n in sorted(counts.items()):
             if key != "native":

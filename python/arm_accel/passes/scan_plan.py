@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import enum
 import itertools
+import logging
 import operator
 import weakref
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ from arm_accel.table import (
     is_pointwise,
     with_int_args,
 )
+
+logger = logging.getLogger("arm_accel")
 
 #: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
 ENABLED = True
@@ -419,6 +422,7 @@ def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None
     config = scan_config(pass_)
     if isinstance(config, str):
         stats.record_scan(name, config)
+        logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
         return None
     direction, tosa = config
     exported = export_scan_input(graph_module, pass_, tosa)
@@ -429,6 +433,9 @@ def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None
     answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
     if answer[0] == "decline":
         stats.record_scan(name, answer[1])
+        logger.info(
+            "%s: scan declined by the native planner (%s); stock's walk runs it", name, answer[1]
+        )
         return None
     _, modified, edits = answer
     apply_edits(pass_, table.nodes, edits)
