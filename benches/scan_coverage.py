@@ -49,10 +49,12 @@ def checked_scans(counts: Counter[str]) -> Iterator[None]:
             counts[f"edit: {edit[0]}"] += 1
         original_apply(pass_, nodes, edits)
 
-    def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None:
+    def run_scan(
+        pass_: Any, graph_module: fx.GraphModule, name: str, cache: Any = None
+    ) -> bool | None:
         reference = copy.deepcopy(graph_module)
         before = stats.snapshot().get(name, {}).get("scans_declined", {})
-        planned = original(pass_, graph_module, name)
+        planned = original(pass_, graph_module, name, cache)
         if planned is None:
             after = stats.snapshot()[name]["scans_declined"]
             for reason, n in after.items():  # type: ignore[union-attr]

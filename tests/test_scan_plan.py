@@ -47,6 +47,19 @@ def test_planned_scans_equal_stock_on_captured_graphs(captured: list[capture.Cap
     assert counts["native"] > 0, counts
 
 
+@pytest.mark.parametrize("name", ["transformer1", "transformer2", "convnet"])
+def test_planned_scans_equal_stock_on_fp_models(name: str) -> None:
+    """Synthetic transformer stacks and a convnet (FP): every scan is planned natively."""
+    from conftest import captured_lowering
+
+    records, _ = captured_lowering(name)
+    counts: Counter[str] = Counter()
+    with checked_scans(counts):
+        replay(records)
+    assert counts["native"] > 0, counts
+    assert not [k for k in counts if k.startswith("declined")], counts
+
+
 # -- hand-built graphs -----------------------------------------------------------------------
 
 

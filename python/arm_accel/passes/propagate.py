@@ -247,9 +247,10 @@ class _AcceleratedPropagation:
             # The fusion that modified ended with a re-trace; stock re-traces once more.
             graph_module = self._virtual_retrace(VirtualRetracer(graph_module))
 
+        scan_cache = scan_plan.ScanCache()
         while True:
             tracker = VirtualRetracer(graph_module)
-            planned = scan_plan.run_scan(self, graph_module, self._stock_name)
+            planned = scan_plan.run_scan(self, graph_module, self._stock_name, scan_cache)
             if planned is None:
                 iteration_modified = self._python_scan(graph_module)
             else:

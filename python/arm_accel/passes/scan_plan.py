@@ -14,13 +14,11 @@ backend-neutral one) are planned: a subclass overriding a rule declines every sc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import itertools
 import logging
 import operator
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -242,35 +240,15 @@ _get_meta = operator.attrgetter("meta")
 _get_val = operator.methodcaller("get", "val")
 _FORM_CLASSES = Cls.PERMUTE | Cls.VIEW | Cls.REDUCTION | Cls.SLICE | Cls.CAT | Cls.TOSA_RESCALE
 
-# Per pass instance: target -> (class bits, extra bits), decided once per distinct target.
-_target_cache: weakref.WeakKeyDictionary[Any, dict[Any, tuple[int, int]]] = (
-    weakref.WeakKeyDictionary()
-)
 
+@dataclasses.dataclass
+class ScanCache:
+    """What one accelerated call's scans can reuse: per target (class bits, extra bits), and
+    per node (args, kwargs, class, iargs row, form) of its last export, valid while the node's
+    args and kwargs are the same objects. Holds graph nodes: keep it for one call only."""
 
-def _target_bits(pass_: Any, tosa: bool) -> dict[Any, tuple[int, int]]:
-    try:
-        cache = _target_cache.get(pass_)
-    except TypeError:  # not weak-referenceable: no cache
-        cache = None
-    if cache is None:
-        cache = {}
-        with contextlib.suppress(TypeError):
-            _target_cache[pass_] = cache
-    return cache
-
-
-# Per graph module: node -> (args, kwargs, class, iargs row, form) of its last export.
-_arg_caches: weakref.WeakKeyDictionary[fx.GraphModule, dict[fx.Node, tuple[Any, ...]]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _arg_cache_of(graph_module: fx.GraphModule) -> dict[fx.Node, tuple[Any, ...]]:
-    cache = _arg_caches.get(graph_module)
-    if cache is None:
-        cache = _arg_caches[graph_module] = {}
-    return cache
+    targets: dict[Any, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    args: dict[fx.Node, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
 def _extra_bits(pass_: Any, target: Any) -> int:
@@ -287,7 +265,7 @@ def _extra_bits(pass_: Any, target: Any) -> int:
 
 
 def export_scan_input(
-    graph_module: fx.GraphModule, pass_: Any, tosa: bool
+    graph_module: fx.GraphModule, pass_: Any, tosa: bool, cache: ScanCache | None = None
 ) -> tuple[NodeTable, np.ndarray, np.ndarray, np.ndarray] | str:
     """The node table and the planner's columns: (table, target_extra, special, form), or
     why the graph cannot be exported (a symbolic dim).
@@ -296,19 +274,21 @@ def export_scan_input(
     inputs/users in fx order, rank/shape, integer args, INT48/NON_TENSOR/OPAQUE_ARGS flags),
     built with C-level iteration; dtype and the other flags are left empty (not read).
     """
-    cache = _target_bits(pass_, tosa)
+    if cache is None:
+        cache = ScanCache()
+    targets = cache.targets
     classify = _classifier(pass_, tosa)
 
     def cls_of(target: Any) -> int:
-        bits = cache.get(target)
+        bits = targets.get(target)
         if bits is None:
-            bits = cache[target] = (classify(target), _extra_bits(pass_, target))
+            bits = targets[target] = (classify(target), _extra_bits(pass_, target))
         return bits[0]
 
     table = export_light(graph_module, cls_of)
     nodes = table.nodes
     n = len(nodes)
-    extra = np.fromiter((cache[t][1] for t in table.targets), np.uint32, len(table.targets))
+    extra = np.fromiter((targets[t][1] for t in table.targets), np.uint32, len(table.targets))
 
     metas = list(map(_get_meta, nodes))
     vals = list(map(_get_val, metas))
@@ -316,12 +296,10 @@ def export_scan_input(
     tensor = np.fromiter(map(operator.is_not, shapes, itertools.repeat(None)), bool, n)
     dims = [s if s is not None else () for s in shapes]
     rank = np.fromiter(map(len, dims), np.int32, n)
-    try:  # the call declined symbolic shapes; a value the re-trace made symbolic lands here
-        shape = np.fromiter(
-            map(operator.index, itertools.chain.from_iterable(dims)), np.int64, int(rank.sum())
-        )
-    except (TypeError, RuntimeError):
+    # The call declined symbolic shapes; a value a re-trace made symbolic declines the scan.
+    if not set(map(type, itertools.chain.from_iterable(dims))) <= {int}:
         return "symbolic shape"
+    shape = np.fromiter(itertools.chain.from_iterable(dims), np.int64, int(rank.sum()))
     rank[~tensor] = -1
     shape_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.where(tensor, rank, 0), out=shape_ptr[1:])
@@ -345,7 +323,7 @@ def export_scan_input(
     form = np.zeros(n, dtype=np.uint32)
     rows: list[list[int] | None] = [[]] * n
     node_cls = table.target_class[table.target] * (table.target >= 0)
-    arg_cache = _arg_cache_of(graph_module)
+    arg_cache = cache.args
     for i in np.flatnonzero(node_cls & np.uint32(_FORM_CLASSES)).tolist():
         c = int(node_cls[i])
         node = nodes[i]
@@ -414,9 +392,12 @@ def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -
         nodes.append(nodes[next_id].next)
 
 
-def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None:
+def run_scan(
+    pass_: Any, graph_module: fx.GraphModule, name: str, cache: ScanCache | None = None
+) -> bool | None:
     """One stock scan planned natively and applied; its ``iteration_modified``, or None when
-    the planner declined (nothing was edited: run stock's walk)."""
+    the planner declined (nothing was edited: run stock's walk). ``cache``: shared by the
+    scans of one call."""
     if not ENABLED:
         return None
     config = scan_config(pass_)
@@ -425,7 +406,7 @@ def run_scan(pass_: Any, graph_module: fx.GraphModule, name: str) -> bool | None
         logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
         return None
     direction, tosa = config
-    exported = export_scan_input(graph_module, pass_, tosa)
+    exported = export_scan_input(graph_module, pass_, tosa, cache)
     if isinstance(exported, str):
         stats.record_scan(name, exported)
         return None
