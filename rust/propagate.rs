@@ -127,6 +127,33 @@ impl ScanInput<'_> {
                     format!("node {i} has unknown bits {:#x}", self.form[i]),
                 ));
             }
+            if self.form[i] & form::EXACT != 0 && !self.table.has_flag(i, flag::OPAQUE_ARGS) {
+                self.validate_exact_iargs(i)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ScanInput<'_> {
+    /// An exact form promises the integer args the planner indexes.
+    fn validate_exact_iargs(&self, i: usize) -> Result<(), TableError> {
+        let c = self.table.class_of(i);
+        let len = self.table.iargs(i).len();
+        let ok = if c & class::SLICE != 0 {
+            len == 4
+        } else if c & class::REDUCTION != 0 {
+            len >= 1
+        } else if c & class::CAT != 0 {
+            len == 1
+        } else {
+            true
+        };
+        if !ok {
+            return Err(TableError::new(
+                "form",
+                format!("node {i} has an exact form but {len} integer args for its class"),
+            ));
         }
         Ok(())
     }
@@ -1704,6 +1731,13 @@ mod tests {
         assert_eq!(
             plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
             "target_extra"
+        );
+        let mut bad = permute_then_mean(1, &[1]);
+        bad.t.iarg_ptr = vec![0, 0, 3, 3, 3];
+        bad.t.iarg.truncate(3);
+        assert_eq!(
+            plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
+            "form"
         );
         let mut bad = Case::new(c.t.clone(), c.form.clone());
         bad.form[1] = 1 << 7;

@@ -468,3 +468,17 @@ def test_bad_direction_is_a_value_error() -> None:
     table, extra, special, form = _inputs()
     with pytest.raises(ValueError, match="direction"):
         _native.plan_propagation_scan(table, extra, special, form, "sideways", True)
+
+
+def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An exporter bug (malformed columns) declines the scan instead of failing the pass."""
+    original = scan_plan.export_scan_input
+
+    def corrupt(*args: Any) -> Any:
+        table, extra, special, form = original(*args)
+        return table, extra, special, form[:-1]
+
+    monkeypatch.setattr(scan_plan, "export_scan_input", corrupt)
+    with _tosa():
+        key, _ = _one_scan(Down(), _permute_relu())
+    assert key == "declined: planner rejected its input"

@@ -411,7 +411,12 @@ def run_scan(
         stats.record_scan(name, exported)
         return None
     table, extra, special, form = exported
-    answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
+    try:
+        answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
+    except ValueError as exc:  # an exporter bug: never wrong, at worst slower
+        stats.record_scan(name, "planner rejected its input")
+        logger.warning("%s: native scan planner rejected its input: %s", name, exc)
+        return None
     if answer[0] == "decline":
         stats.record_scan(name, answer[1])
         logger.info(
