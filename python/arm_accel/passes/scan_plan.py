@@ -251,6 +251,15 @@ class ScanCache:
     args: dict[fx.Node, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
 
 
+# Target bits per pass configuration, shared by calls (targets are long-lived op overloads).
+_TARGET_BITS: dict[tuple[Any, ...], dict[Any, tuple[int, int]]] = {}
+
+
+def _shared_target_bits(pass_: Any, tosa: bool) -> dict[Any, tuple[int, int]]:
+    key = (type(pass_), tosa, frozenset(pass_._targets), frozenset(pass_._permute_targets))
+    return _TARGET_BITS.setdefault(key, {})
+
+
 def _extra_bits(pass_: Any, target: Any) -> int:
     bits = Extra(0)
     if target in pass_._targets:
@@ -276,6 +285,8 @@ def export_scan_input(
     """
     if cache is None:
         cache = ScanCache()
+    if not cache.targets:
+        cache.targets = _shared_target_bits(pass_, tosa)
     targets = cache.targets
     classify = _classifier(pass_, tosa)
 
