@@ -1,21 +1,21 @@
 """Accelerated ``PropagateViewCopyPermute{Down,Up}Pass`` (Arm/TOSA configuration).
 
-Same decisions as stock (each scan's walk reproduced natively, see below, or run by stock's own
-``_propagate``), but the whole-graph re-trace stock runs after each scan only to refresh
-``meta["val"]`` is replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE,
-recompute the values of edited nodes and of nodes downstream of a changed value, and put every
-``users`` dict in graph order. With ``ELIDE_FUSION_RETRACES`` the re-traces the in-loop fusions
-end with are virtual too. One real re-trace runs at the end, exactly where stock's last one
-runs, so the returned graph module is a freshly traced one like stock's.
+Same decisions as stock -- the native scan planner (below) or stock's own ``_propagate`` --
+but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
+replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE, recompute the
+values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
+in graph order. With ``ELIDE_FUSION_RETRACES`` the re-traces the in-loop fusions end with are
+virtual too. One real re-trace runs at the end, exactly where stock's last one runs, so the
+returned graph module is a freshly traced one like stock's.
+
+Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
+virtual re-trace meets something it does not model, that step falls back to a real re-trace,
+which is what stock does at that point.
 
 Each scan's decisions are planned natively (``passes/scan_plan.py`` over ``rust/propagate.rs``):
 the planner returns the scan's ordered edits, applied with stock's own edit methods; a scan it
 cannot decide exactly is declined before any edit (``stats.record_scan``) and stock's walk runs
 it (``_python_scan``).
-
-Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
-virtual re-trace meets something it does not model, that step falls back to a real re-trace,
-which is what stock does at that point.
 """
 
 from __future__ import annotations
