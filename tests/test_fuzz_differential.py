@@ -43,7 +43,6 @@ def record_outputs() -> Iterator[list[tuple[str, fx.GraphModule]]]:
     """Record a deep copy of the graph each outermost call of the five passes returns."""
     records: list[tuple[str, fx.GraphModule]] = []
     depth = [0]
-    patched: list[tuple[type, Any]] = []
 
     def wrap(name: str, original: Any) -> Any:
         def call(self: Any, graph_module: fx.GraphModule) -> Any:
@@ -59,18 +58,8 @@ def record_outputs() -> Iterator[list[tuple[str, fx.GraphModule]]]:
 
         return call
 
-    for name in PASSES:
-        cls = capture.stock_class(name)  # the class executorch uses (ours once swapped in)
-        patched.append((cls, cls.__dict__.get("call")))
-        cls.call = wrap(name, cls.call)
-    try:
+    with capture.patched_calls(PASSES, wrap):
         yield records
-    finally:
-        for cls, original in patched:
-            if original is None:
-                del cls.call
-            else:
-                cls.call = original
 
 
 def lower_once(program: Any, mode: str, accelerated: bool) -> Outcome:

@@ -328,3 +328,30 @@ def test_fusion_tracker_is_per_thread() -> None:
     finally:
         fusion._arm_accel_tracker = None
     assert fusion._arm_accel_tracker is None
+
+
+@pytest.mark.parametrize("name", PASS_NAMES)
+def test_in_loop_fusions_run_accelerated(name: str) -> None:
+    """Stock's loop runs the ``backends.transforms`` fusion classes; ours runs their accelerated
+    variants (issue 4) and still ends in stock's graph."""
+    from arm_accel import stats
+
+    horizontal = {
+        "PropagateViewCopyPermuteUpPass": "transforms.FuseDuplicateUsersPass",
+        "PropagateViewCopyPermuteDownPass": "transforms.FuseIdenticalInputTransformsPass",
+    }[name]
+    expected = (horizontal, "transforms.CanonicalizeViewCopyPermutePass")
+
+    def accelerated(snapshot: dict[str, dict[str, object]], n: str) -> int:
+        return int(snapshot.get(n, {}).get("accelerated", 0))  # type: ignore[call-overload]
+
+    inputs = (torch.randn(2, 3, 4),)
+    with switch.disabled():
+        ra = activation.stock_class(name)().call(_edge_graph(_DuplicateUsers(), inputs))
+    before = stats.snapshot()
+    rb = getattr(propagate, name)().call(_edge_graph(_DuplicateUsers(), inputs))
+    after = stats.snapshot()
+    assert ra.modified == rb.modified
+    assert_graphs_equal(ra.graph_module, rb.graph_module)
+    for n in expected:
+        assert accelerated(after, n) > accelerated(before, n), n

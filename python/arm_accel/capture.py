@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -57,9 +57,8 @@ def capture(
     records: list[Captured] = []
     counts: dict[str, int] = {}
     depth = [0]
-    originals: list[tuple[type, Any]] = []
 
-    def wrap(cls: type, name: str, original: Any) -> Any:
+    def wrap(name: str, original: Any) -> Any:
         def call(self: Any, graph_module: fx.GraphModule) -> Any:
             if (depth[0] == 0 or not outermost_only) and type(self).__name__ == name:
                 index = counts.get(name, 0)
@@ -73,15 +72,26 @@ def capture(
 
         return call
 
-    for name in names:
-        cls = stock_class(name)
-        original = cls.__dict__.get("call")
-        originals.append((cls, original))
-        cls.call = wrap(cls, name, cls.call)
-    try:
+    with patched_calls(names, wrap):
         yield records
+
+
+@contextmanager
+def patched_calls(
+    names: Iterable[str], wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]
+) -> Iterator[None]:
+    """Inside the block, ``call`` of each named pass class (the class executorch uses, ours once
+    swapped in) is ``wrap(name, call)``; each class's own ``call`` (or its absence) is restored
+    after, also when the block raises."""
+    originals: list[tuple[type, Any]] = []
+    try:
+        for name in names:
+            cls = stock_class(name)
+            originals.append((cls, cls.__dict__.get("call")))
+            cls.call = wrap(name, cls.call)
+        yield
     finally:
-        for cls, original in originals:
+        for cls, original in reversed(originals):
             if original is None:
                 del cls.call
             else:

@@ -5,8 +5,10 @@ but the whole-graph re-trace stock runs after each scan only to refresh ``meta["
 replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
 in graph order. With ``ELIDE_FUSION_RETRACES`` the re-traces the in-loop fusions end with are
-virtual too. One real re-trace runs at the end, exactly where stock's last one runs, so the
-returned graph module is a freshly traced one like stock's.
+virtual too, and the fusions themselves are our accelerated ``backends.transforms`` variants
+(``Base*`` in ``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
+end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
+like stock's.
 
 Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
@@ -39,6 +41,9 @@ from torch import fx
 from arm_accel import stats, switch
 from arm_accel.passes import scan_plan
 from arm_accel.passes.base import _stock_class
+from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
+from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
+from arm_accel.passes.fuse_identical_input_transforms import BaseFuseIdenticalInputTransformsPass
 from arm_accel.retrace import (
     VirtualRetracer,
     VirtualRetraceUnsupported,
@@ -111,6 +116,30 @@ class _VirtualRetraceBase(ExportPass):
         return super().call(graph_module)
 
 
+# The accelerated ``backends.transforms`` fusion classes, keyed by the stock class they replace.
+_ACCELERATED_FUSIONS: dict[type, type] = {
+    _stock_class(cls): cls
+    for cls in (
+        BaseFuseDuplicateUsersPass,
+        BaseFuseIdenticalInputTransformsPass,
+        BaseCanonicalizeViewCopyPermutePass,
+    )
+}
+
+
+#: Run the in-loop fusions through their accelerated variants (issue 4); off only to measure.
+ACCELERATED_IN_LOOP_FUSIONS = True
+
+
+def _fusion_class(looked_up: type) -> type:
+    """The class to run where stock runs ``looked_up`` (taken from the module, as stock looks it
+    up): our accelerated variant when it is the stock class, else (a harness replaced it)
+    whatever is there."""
+    if not ACCELERATED_IN_LOOP_FUSIONS:
+        return looked_up
+    return _ACCELERATED_FUSIONS.get(looked_up, looked_up)
+
+
 _VIRTUAL_VARIANTS: dict[type, type] = {}
 _VARIANTS_LOCK = threading.Lock()
 
@@ -174,10 +203,10 @@ class _AcceleratedPropagation:
     def fuse_horizontal(self, graph_module: fx.GraphModule) -> PassResult:
         stock_impl = self._arm_accel_stock.fuse_horizontal  # type: ignore[attr-defined]
         if stock_impl is _GENERIC_UP_FUSE_HORIZONTAL:
-            cls = _virtualized(_generic.FuseDuplicateUsersPass)
+            cls = _virtualized(_fusion_class(_generic.FuseDuplicateUsersPass))
             fusion = cls(self.duplicate_user_fusion_exclusions())  # type: ignore[attr-defined]
         elif stock_impl is _GENERIC_DOWN_FUSE_HORIZONTAL:
-            cls = _virtualized(_generic.FuseIdenticalInputTransformsPass)
+            cls = _virtualized(_fusion_class(_generic.FuseIdenticalInputTransformsPass))
             fusion = cls(permute_targets=self._permute_targets)  # type: ignore[attr-defined]
         else:
             return stock_impl(self, graph_module)
@@ -194,7 +223,7 @@ class _AcceleratedPropagation:
             result = self._run_fusion(fusion_pass, graph_module)
             graph_module = result.graph_module
             modified |= result.modified
-        canonicalize = _virtualized(_generic.CanonicalizeViewCopyPermutePass)
+        canonicalize = _virtualized(_fusion_class(_generic.CanonicalizeViewCopyPermutePass))
         permute_targets = self._permute_targets  # type: ignore[attr-defined]
         result = self._run_fusion(canonicalize(permute_targets), graph_module)
         graph_module = result.graph_module
