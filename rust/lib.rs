@@ -7,6 +7,7 @@
 pub mod chains;
 pub mod dims;
 pub mod membership;
+pub mod propagate;
 pub mod signature;
 pub mod synth;
 pub mod table;
@@ -14,6 +15,8 @@ pub mod worklist;
 
 #[cfg(feature = "python")]
 mod py_propagate;
+#[cfg(feature = "python")]
+mod py_scan_plan;
 #[cfg(feature = "python")]
 mod python;
 

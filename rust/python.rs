@@ -15,7 +15,7 @@ impl From<TableError> for PyErr {
 }
 
 /// Read-only borrows of every column of a Python `NodeTable`, kept alive while kernels run.
-struct Borrowed<'py> {
+pub(crate) struct Borrowed<'py> {
     op: PyReadonlyArray1<'py, u8>,
     target: PyReadonlyArray1<'py, i32>,
     target_class: PyReadonlyArray1<'py, u32>,
@@ -32,7 +32,7 @@ struct Borrowed<'py> {
     flags: PyReadonlyArray1<'py, u32>,
 }
 
-fn column<'py, T: Element>(
+pub(crate) fn column<'py, T: Element>(
     obj: &Bound<'py, PyAny>,
     name: &'static str,
     dtype: &'static str,
@@ -54,12 +54,12 @@ fn column<'py, T: Element>(
 }
 
 /// Contiguity was checked in `column`, so this never fails.
-fn slice<'a, T: Element>(a: &'a PyReadonlyArray1<'_, T>) -> &'a [T] {
+pub(crate) fn slice<'a, T: Element>(a: &'a PyReadonlyArray1<'_, T>) -> &'a [T] {
     a.as_slice().expect("checked C-contiguous in column()")
 }
 
 impl<'py> Borrowed<'py> {
-    fn new(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+    pub(crate) fn new(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
         Ok(Self {
             op: column(obj, "op", "uint8")?,
             target: column(obj, "target", "int32")?,
@@ -78,7 +78,7 @@ impl<'py> Borrowed<'py> {
         })
     }
 
-    fn view(&self) -> NodeTable<'_> {
+    pub(crate) fn view(&self) -> NodeTable<'_> {
         NodeTable {
             op: slice(&self.op),
             target: slice(&self.target),
@@ -227,5 +227,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(user_signatures, m)?)?;
     m.add_function(wrap_pyfunction!(constant_mask, m)?)?;
     crate::py_propagate::register(m)?;
+    crate::py_scan_plan::register(m)?;
     Ok(())
 }

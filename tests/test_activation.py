@@ -247,8 +247,20 @@ def test_stats_api(clean_stats, caplog) -> None:
         stats.record_fallback("P", "why")
     snap = arm_accel.stats()
     assert snap == {
-        "P": {"calls": 2, "accelerated": 1, "fallbacks": {"why": 2}, "retraces": 2, "seconds": 0.75}
+        "P": {
+            "calls": 2,
+            "accelerated": 1,
+            "fallbacks": {"why": 2},
+            "retraces": 2,
+            "seconds": 0.75,
+            "scans_native": 0,
+            "scans_declined": {},
+        }
     }
+    stats.record_scan("P", None)
+    stats.record_scan("P", "fork")
+    assert arm_accel.stats()["P"]["scans_native"] == 1
+    assert arm_accel.stats()["P"]["scans_declined"] == {"fork": 1}
     assert sum("why" in r.getMessage() for r in caplog.records) == 1
     arm_accel.reset_stats()
     assert arm_accel.stats() == {}

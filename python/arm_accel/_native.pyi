@@ -104,3 +104,37 @@ class PermuteMap:
     def permute_dims(self) -> list[int]: ...
     def map_dims(self, dims: _Dims) -> list[int]: ...
     def map_dims_inverse(self, dims: _Dims) -> list[int]: ...
+
+# rust/propagate.rs (binding in rust/py_scan_plan.rs): one PropagateViewCopyPermute scan.
+_ArgValue = int | list[int]
+_ForkBranch = tuple[int, list[int], tuple[int, list[_ArgValue]] | None, int]
+_Edit = (
+    tuple[str, int, int, list[_ArgValue]]  # ("args", node, pos, values)
+    | tuple[str, int, int, int]  # ("move", node, frontier, previous_frontier)
+    | tuple[str, int, int, list[int]]  # ("cat", node, cat, created)
+    | tuple[str, int, int, int, list[_ForkBranch]]  # ("fork", node, frontier, producer, ...)
+)
+
+def plan_propagation_scan(
+    table: _Table,
+    target_extra: npt.NDArray[np.uint32],
+    special: npt.NDArray[np.int32],
+    form: npt.NDArray[np.uint32],
+    direction: str,
+    tosa: bool,
+) -> tuple[str, bool, list[_Edit]] | tuple[str, str, int | None]:
+    """Plan one stock propagation scan over ``table``.
+
+    ``target_extra`` (uint32 per target code), ``special`` (int32 per node: 0 none, 1 INT48,
+    other positive codes for other special dtypes) and ``form`` (uint32 argument-form bits per
+    node) are the planner's columns (``arm_accel.passes.scan_plan``); ``direction`` is
+    ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Returns
+    ``("plan", modified, edits)`` with edits ``("args", node, pos, values)`` (``node.args =
+    (*args[:pos], *values, *args[pos + len(values):])``), ``("move", node, frontier,
+    previous_frontier)`` (stock's ``_move_node``), ``("cat", node, cat, created)`` (stock's
+    ``_maybe_split_upwards_cat_fanout``) and ``("fork", node, frontier, producer, branches)``
+    (stock's ``_apply_fork_split``; a branch is ``(next_node, source_shape, arg_update,
+    created)``, ``arg_update`` the next node's ``(pos, values)`` or None). Nodes an edit
+    creates get the ids after the table's, in creation order. Or ``("decline", reason,
+    node)``. Raises ValueError naming the field on malformed input.
+    """

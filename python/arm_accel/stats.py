@@ -21,6 +21,9 @@ class PassStats:
     fallbacks: Counter[str] = field(default_factory=Counter)
     retraces: int = 0
     seconds: float = 0.0
+    #: Propagation scans decided by the native planner, and the ones it declined, by reason.
+    scans_native: int = 0
+    scans_declined: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -29,6 +32,8 @@ class PassStats:
             "fallbacks": dict(self.fallbacks),
             "retraces": self.retraces,
             "seconds": self.seconds,
+            "scans_native": self.scans_native,
+            "scans_declined": dict(self.scans_declined),
         }
 
 
@@ -77,6 +82,17 @@ def record_fallback(name: str, reason: str) -> None:
         logging.getLogger("arm_accel").warning(
             "arm_accel: %s fell back to the stock pass: %s", name, reason
         )
+
+
+def record_scan(name: str, declined: str | None) -> None:
+    """One propagation scan of pass ``name``: planned natively (``declined`` None) or declined
+    with that reason (stock's walk ran it)."""
+    with _lock:
+        s = _get(name)
+        if declined is None:
+            s.scans_native += 1
+        else:
+            s.scans_declined[declined] += 1
 
 
 def calls_of(name: str) -> int:

@@ -1,6 +1,6 @@
 """Accelerated ``PropagateViewCopyPermute{Down,Up}Pass`` (Arm/TOSA configuration).
 
-Same decisions as stock -- the scan, ``_propagate`` and every rule are stock's own methods --
+Same decisions as stock -- the native scan planner (below) or stock's own ``_propagate`` --
 but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
 replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
@@ -13,6 +13,11 @@ like stock's.
 Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
 which is what stock does at that point.
+
+Each scan's decisions are planned natively (``passes/scan_plan.py`` over ``rust/propagate.rs``):
+the planner returns the scan's ordered edits, applied with stock's own edit methods; a scan it
+cannot decide exactly is declined before any edit (``stats.record_scan``) and stock's walk runs
+it (``_python_scan``).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel import stats, switch
+from arm_accel.passes import scan_plan
 from arm_accel.passes.base import _stock_class
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
@@ -275,18 +281,14 @@ class _AcceleratedPropagation:
             # The fusion that modified ended with a re-trace; stock re-traces once more.
             graph_module = self._virtual_retrace(VirtualRetracer(graph_module))
 
+        scan_cache = scan_plan.ScanCache()
         while True:
             tracker = VirtualRetracer(graph_module)
-            iteration_modified = False
-            stale_nodes: set[fx.Node] = set()
-            for node in list(graph_module.graph.nodes):
-                if node in stale_nodes:
-                    continue
-                if node.target in self._targets:  # type: ignore[attr-defined]
-                    if len(node.users) == 0:
-                        continue
-                    if self._propagate(node, stale_nodes):  # type: ignore[attr-defined]
-                        iteration_modified = True
+            planned = scan_plan.run_scan(self, graph_module, self._stock_name, scan_cache)
+            if planned is None:
+                iteration_modified = self._python_scan(graph_module)
+            else:
+                iteration_modified = planned
 
             if iteration_modified:
                 modified = True
@@ -308,6 +310,20 @@ class _AcceleratedPropagation:
             graph_module = self._retrace(graph_module)  # type: ignore[attr-defined]
 
         return PassResult(graph_module, modified)
+
+    def _python_scan(self, graph_module: fx.GraphModule) -> bool:
+        """Stock's scan, stock's decisions (when the native planner declines)."""
+        iteration_modified = False
+        stale_nodes: set[fx.Node] = set()
+        for node in list(graph_module.graph.nodes):
+            if node in stale_nodes:
+                continue
+            if node.target in self._targets:  # type: ignore[attr-defined]
+                if len(node.users) == 0:
+                    continue
+                if self._propagate(node, stale_nodes):  # type: ignore[attr-defined]
+                    iteration_modified = True
+        return iteration_modified
 
     def _virtual_retrace(self, tracker: VirtualRetracer) -> fx.GraphModule:
         if not self._arm_accel_exact:

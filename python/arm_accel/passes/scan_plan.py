@@ -1,0 +1,440 @@
+"""One propagation scan decided in Rust (``rust/propagate.rs``), applied here with stock's edits.
+
+Stock's scan is ``for node in graph order: skip stale; if target in _targets and has users:
+_propagate(node, stale)``. ``run_scan`` exports the graph to the node table plus the planner's
+own columns (per-target pass configuration, per-node special dtype and argument form), asks the
+native planner for the scan's ordered edit list, and applies it: ``args`` rewrites exactly as
+stock builds them and ``_move_node`` moves through the pass's own (stock) method. When the
+planner declines -- an argument form the table does not carry, a rule not ported yet, a place
+where stock raises -- nothing was edited and the caller runs stock's walk for that scan.
+
+Only passes whose decision methods are exactly stock's (the Arm TOSA configuration or the
+backend-neutral one) are planned: a subclass overriding a rule declines every scan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import logging
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from executorch.backends.arm._passes import propagate_view_copy_permute_pass as _arm
+from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
+from executorch.backends.transforms.propagate_view_copy_permute_pass import _ForkBranchSplit
+from executorch.exir.dialects._ops import ops as exir_ops
+from torch import fx
+
+from arm_accel import _native, stats
+from arm_accel.passes.base import _stock_class
+from arm_accel.table import (
+    Cls,
+    Flag,
+    NodeTable,
+    encode_iargs,
+    export_light,
+    is_pointwise,
+    with_int_args,
+)
+
+logger = logging.getLogger("arm_accel")
+
+#: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
+ENABLED = True
+
+
+class Form(enum.IntFlag):
+    """Per-node argument-form bits; mirrors ``propagate::form``."""
+
+    EXACT = 1 << 0
+    DIM_SCALAR = 1 << 1
+    KEEPDIM_POSITIONAL_TRUE = 1 << 2
+    RESCALE_PER_TENSOR_ARGS = 1 << 3
+    ARG1_TUPLE = 1 << 4
+
+
+class Extra(enum.IntFlag):
+    """Per-target planner bits; mirrors ``propagate::extra``."""
+
+    SCAN_TARGET = 1 << 0
+    VIEW_COPY = 1 << 1
+    ARG_UPDATE = 1 << 2
+    PERMUTE_TARGET = 1 << 3
+
+
+SPECIAL_INT48 = 1
+
+# The methods whose behaviour the planner reproduces: a pass resolving any of them elsewhere
+# than the reference stock class is not planned.
+_RULES = (
+    "_propagate",
+    "_validated_next_nodes",
+    "_advance_through_next_node",
+    "_can_move_through_elementwise",
+    "_can_cross_next_nodes",
+    "_get_next_nodes",
+    "_get_prev_nodes",
+    "is_swappable",
+    "is_elementwise",
+    "is_transparent",
+    "is_multi_input_elementwise",
+    "blocks_crossing",
+    "blocks_moving",
+    "tolerates_shape_after_move",
+    "_shape_seen_by_next_node",
+    "_maybe_swap_args",
+    "_maybe_swap_permute_args",
+    "_maybe_swap_view_args",
+    "_maybe_split_fork",
+    "_apply_fork_split",
+    "_maybe_split_upwards_cat_fanout",
+    "_move_node",
+    "_mark_stale_region",
+    "_mark_downstream_nodes_stale",
+    "_dim_arg",
+)
+_UP_RULES = (
+    "_maybe_swap_reduction_view_args",
+    "_maybe_swap_slice_view_args",
+    "_map_slice_dim",
+    "_valid_slice_interval",
+)
+_DOWN_RULES = ("_plan_fork_split", "_can_split_through_elementwise")
+_TOSA_RULES = (
+    "_is_per_tensor_rescale",
+    "_node_or_inputs_are_int48",
+    "_is_unsafe_table_operand_shape",
+)
+
+
+def _references() -> list[tuple[str, bool, type]]:
+    return [
+        ("down", True, _stock_class(_arm.PropagateViewCopyPermuteDownPass)),
+        ("up", True, _stock_class(_arm.PropagateViewCopyPermuteUpPass)),
+        ("down", False, _stock_class(_generic.PropagateViewCopyPermuteDownPass)),
+        ("up", False, _stock_class(_generic.PropagateViewCopyPermuteUpPass)),
+    ]
+
+
+def scan_config(pass_: Any) -> tuple[str, bool] | str:
+    """(direction, tosa) of the stock configuration ``pass_`` runs, or why it has none."""
+    cls = type(pass_)
+    for direction, tosa, ref in _references():
+        names = _RULES + (_UP_RULES if direction == "up" else _DOWN_RULES)
+        names += _TOSA_RULES if tosa else ()
+        if all(getattr(cls, n, None) is getattr(ref, n, None) for n in names):
+            return direction, tosa
+    return "pass overrides a propagation rule"
+
+
+def _classifier(pass_: Any, tosa: bool) -> Any:
+    edge = exir_ops.edge.aten
+    tosa_ops = exir_ops.backend.tosa if tosa else None
+
+    def classify(target: Any) -> int:
+        bits = Cls(0)
+        if target in pass_._permute_targets:
+            bits |= Cls.PERMUTE
+        if target in (pass_._VIEW_TARGET, pass_._VIEW_DEFAULT_TARGET):
+            bits |= Cls.VIEW
+        if target in pass_._TRANSPARENT_TARGETS:
+            bits |= Cls.TRANSPARENT
+        if is_pointwise(target):
+            bits |= Cls.ELEMENTWISE
+        if target in pass_._REDUCTION_TARGETS:
+            bits |= Cls.REDUCTION
+        if target == edge.slice_copy.Tensor:
+            bits |= Cls.SLICE
+        if target == edge.cat.default:
+            bits |= Cls.CAT
+        if tosa_ops is not None:
+            if target == tosa_ops.TABLE.default:
+                bits |= Cls.TOSA_TABLE
+            if target == tosa_ops.RESCALE.default:
+                bits |= Cls.TOSA_RESCALE
+            if target == tosa_ops.SCATTER.default:
+                bits |= Cls.TOSA_SCATTER
+        return int(bits)
+
+    return classify
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_int_seq(v: Any) -> bool:
+    return isinstance(v, (list, tuple)) and all(map(_is_int, v))
+
+
+# Plain ints: IntFlag arithmetic costs more than the rest of a node's export.
+_PERMUTE_OR_VIEW = int(Cls.PERMUTE | Cls.VIEW)
+_REDUCTION = int(Cls.REDUCTION)
+_SLICE = int(Cls.SLICE)
+_RESCALE = int(Cls.TOSA_RESCALE)
+_IARG_CLASSES = int(Cls.PERMUTE | Cls.VIEW | Cls.REDUCTION | Cls.SLICE | Cls.CAT)
+_EXACT = int(Form.EXACT)
+_DIM_SCALAR = int(Form.DIM_SCALAR)
+_KEEPDIM_POSITIONAL_TRUE = int(Form.KEEPDIM_POSITIONAL_TRUE)
+_RESCALE_PER_TENSOR_ARGS = int(Form.RESCALE_PER_TENSOR_ARGS)
+_ARG1_TUPLE = int(Form.ARG1_TUPLE)
+_CAT = int(Cls.CAT)
+
+
+def arg_form(node: fx.Node, cls: int) -> int:
+    """The ``Form`` bits of one node's args (what the table's integer encoding leaves out)."""
+    args, kwargs = node.args, node.kwargs
+    f = 0
+    head = len(args) >= 1 and isinstance(args[0], fx.Node)
+    if cls & _PERMUTE_OR_VIEW:
+        if head and len(args) == 2 and not kwargs and _is_int_seq(args[1]):
+            f |= _EXACT
+            if isinstance(args[1], tuple):
+                f |= _ARG1_TUPLE
+    elif cls & _REDUCTION:
+        if len(args) >= 2 and _is_int(args[1]):
+            f |= _DIM_SCALAR
+        if len(args) > 2 and args[2] is True:
+            f |= _KEEPDIM_POSITIONAL_TRUE
+        keep = args[2] if len(args) > 2 else kwargs.get("keepdim")
+        if (
+            head
+            and len(args) >= 2
+            and (_is_int(args[1]) or _is_int_seq(args[1]))
+            and "dim" not in kwargs
+            and (keep is None or isinstance(keep, bool))
+        ):
+            f |= _EXACT
+    elif cls & _SLICE:
+        if head and 4 <= len(args) <= 5 and not kwargs and all(map(_is_int, args[1:])):
+            f |= _EXACT | _DIM_SCALAR
+    elif cls & _CAT:
+        dim = args[1] if len(args) >= 2 else kwargs.get("dim", 0)
+        if (
+            1 <= len(args) <= 2
+            and isinstance(args[0], (list, tuple))
+            and all(isinstance(a, fx.Node) for a in args[0])
+            and set(kwargs) <= {"dim"}
+            and _is_int(dim)
+        ):
+            f |= _EXACT
+    if cls & _RESCALE and len(args) >= 3:
+        scales = args[2]
+        if not isinstance(scales, Sequence) or len(scales) == 1:
+            f |= _RESCALE_PER_TENSOR_ARGS
+    return f
+
+
+def _special_key() -> tuple[str, Any]:
+    from executorch.backends.arm.tosa.mapping import TosaSpecialDtype
+
+    return TosaSpecialDtype.meta_key(), TosaSpecialDtype.INT48
+
+
+_get_meta = operator.attrgetter("meta")
+_get_val = operator.methodcaller("get", "val")
+_FORM_CLASSES = Cls.PERMUTE | Cls.VIEW | Cls.REDUCTION | Cls.SLICE | Cls.CAT | Cls.TOSA_RESCALE
+
+
+@dataclasses.dataclass
+class ScanCache:
+    """What one accelerated call's scans can reuse: per target (class bits, extra bits), and
+    per node (args, kwargs, class, iargs row, form) of its last export, valid while the node's
+    args and kwargs are the same objects. Holds graph nodes: keep it for one call only."""
+
+    targets: dict[Any, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    args: dict[fx.Node, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+
+
+# Target bits per pass configuration, shared by calls (targets are long-lived op overloads).
+_TARGET_BITS: dict[tuple[Any, ...], dict[Any, tuple[int, int]]] = {}
+
+
+def _shared_target_bits(pass_: Any, tosa: bool) -> dict[Any, tuple[int, int]]:
+    key = (type(pass_), tosa, frozenset(pass_._targets), frozenset(pass_._permute_targets))
+    return _TARGET_BITS.setdefault(key, {})
+
+
+def _extra_bits(pass_: Any, target: Any) -> int:
+    bits = Extra(0)
+    if target in pass_._targets:
+        bits |= Extra.SCAN_TARGET
+    if target == pass_._VIEW_TARGET:
+        bits |= Extra.VIEW_COPY
+    if target in pass_._ARG_UPDATE_TARGETS:
+        bits |= Extra.ARG_UPDATE
+    if target == pass_._PERMUTE_TARGET:
+        bits |= Extra.PERMUTE_TARGET
+    return int(bits)
+
+
+def export_scan_input(
+    graph_module: fx.GraphModule, pass_: Any, tosa: bool, cache: ScanCache | None = None
+) -> tuple[NodeTable, np.ndarray, np.ndarray, np.ndarray] | str:
+    """The node table and the planner's columns: (table, target_extra, special, form), or
+    why the graph cannot be exported (a symbolic dim).
+
+    Same columns as ``table.export_table`` where the planner reads them (op, target, class,
+    inputs/users in fx order, rank/shape, integer args, INT48/NON_TENSOR/OPAQUE_ARGS flags),
+    built with C-level iteration; dtype and the other flags are left empty (not read).
+    """
+    if cache is None:
+        cache = ScanCache()
+    if not cache.targets:
+        cache.targets = _shared_target_bits(pass_, tosa)
+    targets = cache.targets
+    classify = _classifier(pass_, tosa)
+
+    def cls_of(target: Any) -> int:
+        bits = targets.get(target)
+        if bits is None:
+            bits = targets[target] = (classify(target), _extra_bits(pass_, target))
+        return bits[0]
+
+    table = export_light(graph_module, cls_of)
+    nodes = table.nodes
+    n = len(nodes)
+    extra = np.fromiter((targets[t][1] for t in table.targets), np.uint32, len(table.targets))
+
+    metas = list(map(_get_meta, nodes))
+    vals = list(map(_get_val, metas))
+    shapes = [v.shape if isinstance(v, torch.Tensor) else None for v in vals]
+    tensor = np.fromiter(map(operator.is_not, shapes, itertools.repeat(None)), bool, n)
+    dims = [s if s is not None else () for s in shapes]
+    rank = np.fromiter(map(len, dims), np.int32, n)
+    # The call declined symbolic shapes; a value a re-trace made symbolic declines the scan.
+    if not set(map(type, itertools.chain.from_iterable(dims))) <= {int}:
+        return "symbolic shape"
+    shape = np.fromiter(itertools.chain.from_iterable(dims), np.int64, int(rank.sum()))
+    rank[~tensor] = -1
+    shape_ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.where(tensor, rank, 0), out=shape_ptr[1:])
+    flags = np.where(tensor, np.uint32(0), np.uint32(Flag.NON_TENSOR)).astype(np.uint32)
+
+    key, int48 = _special_key()
+    special_vals = list(map(operator.methodcaller("get", key), metas))
+    special = np.zeros(n, dtype=np.int32)
+    codes: dict[Any, int] = {int48: SPECIAL_INT48}
+    marked = np.fromiter(map(operator.is_not, special_vals, itertools.repeat(None)), bool, n)
+    for i in np.flatnonzero(marked).tolist():
+        value = special_vals[i]
+        code = codes.get(value)
+        if code is None:
+            code = codes[value] = len(codes) + 1
+        special[i] = code
+    flags[special == SPECIAL_INT48] |= np.uint32(Flag.INT48)
+
+    # Integer args and forms, for the nodes whose class has them; reused from the previous scan
+    # of this graph while the node's args and kwargs are the same objects.
+    form = np.zeros(n, dtype=np.uint32)
+    rows: list[list[int] | None] = [[]] * n
+    node_cls = table.target_class[table.target] * (table.target >= 0)
+    arg_cache = cache.args
+    for i in np.flatnonzero(node_cls & np.uint32(_FORM_CLASSES)).tolist():
+        c = int(node_cls[i])
+        node = nodes[i]
+        args, kwargs = node.args, node.kwargs
+        hit = arg_cache.get(node)
+        if hit is not None and hit[0] is args and hit[1] is kwargs and hit[2] == c:
+            rows[i], form[i] = hit[3], hit[4]
+            continue
+        row = encode_iargs(node, c) if c & _IARG_CLASSES else []
+        f = arg_form(node, c)
+        arg_cache[node] = (args, kwargs, c, row, f)
+        rows[i], form[i] = row, f
+    table = with_int_args(table, rows)
+    table = dataclasses.replace(
+        table,
+        rank=rank,
+        shape_ptr=shape_ptr,
+        shape=shape,
+        flags=table.flags | flags,
+        light=False,
+    )
+    return table, extra, special, form
+
+
+def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...]]) -> None:
+    """Apply a planned scan's edits in order, as stock makes them."""
+    for edit in edits:
+        if edit[0] == "args":
+            _, i, pos, values = edit
+            node = nodes[i]
+            args = node.args
+            node.args = (*args[:pos], *values, *args[pos + len(values) :])
+        elif edit[0] == "cat":
+            _, i, cat, created = edit
+            if not pass_._maybe_split_upwards_cat_fanout(nodes[i], nodes[cat]):
+                raise AssertionError("planned cat fan-out did not apply")
+            new_inputs = nodes[cat].args[0]
+            if len(new_inputs) != len(created) or created[:1] != [len(nodes)]:
+                raise AssertionError("cat fan-out created other nodes than planned")
+            nodes.extend(new_inputs)
+        elif edit[0] == "move":
+            _, i, frontier, previous = edit
+            pass_._move_node(nodes[i], nodes[frontier], nodes[previous])
+        else:
+            _apply_fork_split(pass_, nodes, edit)
+
+
+def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -> None:
+    """Stock's ``_apply_fork_split`` with the plan rebuilt as stock's ``_plan_fork_split``
+    returns it; the transforms it creates (one right after each branch) get the next ids."""
+    _, i, frontier, producer, branches = edit
+    node = nodes[i]
+    splits = []
+    for next_id, source_shape, update, _created in branches:
+        next_node = nodes[next_id]
+        arg_update = None
+        if update is not None:
+            pos, values = update
+            args = next_node.args
+            arg_update = (node.args, (*args[:pos], *values, *args[pos + len(values) :]))
+        splits.append(_ForkBranchSplit(next_node, tuple(source_shape), arg_update))
+    pass_._apply_fork_split(node, nodes[frontier], nodes[producer], tuple(splits))
+    for next_id, _shape, _update, created in branches:
+        if created != len(nodes):
+            raise AssertionError(f"fork split created node {created}, expected {len(nodes)}")
+        nodes.append(nodes[next_id].next)
+
+
+def run_scan(
+    pass_: Any, graph_module: fx.GraphModule, name: str, cache: ScanCache | None = None
+) -> bool | None:
+    """One stock scan planned natively and applied; its ``iteration_modified``, or None when
+    the planner declined (nothing was edited: run stock's walk). ``cache``: shared by the
+    scans of one call."""
+    if not ENABLED:
+        return None
+    config = scan_config(pass_)
+    if isinstance(config, str):
+        stats.record_scan(name, config)
+        logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
+        return None
+    direction, tosa = config
+    exported = export_scan_input(graph_module, pass_, tosa, cache)
+    if isinstance(exported, str):
+        stats.record_scan(name, exported)
+        return None
+    table, extra, special, form = exported
+    try:
+        answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
+    except ValueError as exc:  # an exporter bug: never wrong, at worst slower
+        stats.record_scan(name, "planner rejected its input")
+        logger.warning("%s: native scan planner rejected its input: %s", name, exc)
+        return None
+    if answer[0] == "decline":
+        stats.record_scan(name, answer[1])
+        logger.info(
+            "%s: scan declined by the native planner (%s); stock's walk runs it", name, answer[1]
+        )
+        return None
+    _, modified, edits = answer
+    apply_edits(pass_, table.nodes, edits)
+    stats.record_scan(name, None)
+    return bool(modified)
