@@ -482,3 +482,27 @@ def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPa
     with _tosa():
         key, _ = _one_scan(Down(), _permute_relu())
     assert key == "declined: planner rejected its input"
+
+
+def test_graph_without_call_nodes_is_planned() -> None:
+    """Regression (upstream ``test_convert_int64_const_ops_to_int32`` through the hook): a
+    graph with no call node interns no target; the exporter indexed the empty class column."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(2, 3)
+    graph.output((x,))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    with _tosa():
+        assert scan_plan.run_scan(Down(), gm, "test") is False
+
+
+def test_exporter_error_declines_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any exporter exception declines the scan (stock's walk runs it) instead of failing."""
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("exporter bug")
+
+    monkeypatch.setattr(scan_plan, "export_scan_input", broken)
+    with _tosa():
+        key, _ = _one_scan(Down(), _permute_relu())
+    assert key == "declined: export failed: RuntimeError"

@@ -333,7 +333,8 @@ def export_scan_input(
     # of this graph while the node's args and kwargs are the same objects.
     form = np.zeros(n, dtype=np.uint32)
     rows: list[list[int] | None] = [[]] * n
-    node_cls = table.target_class[table.target] * (table.target >= 0)
+    # Target -1 (no interned target) reads the appended 0; the table may intern no target.
+    node_cls = np.append(table.target_class, np.zeros(1, table.target_class.dtype))[table.target]
     arg_cache = cache.args
     for i in np.flatnonzero(node_cls & np.uint32(_FORM_CLASSES)).tolist():
         c = int(node_cls[i])
@@ -417,7 +418,11 @@ def run_scan(
         logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
         return None
     direction, tosa = config
-    exported = export_scan_input(graph_module, pass_, tosa, cache)
+    try:
+        exported = export_scan_input(graph_module, pass_, tosa, cache)
+    except Exception as exc:  # noqa: BLE001 - an exporter bug: never wrong, at worst slower
+        exported = f"export failed: {type(exc).__name__}"
+        logger.warning("%s: scan export failed; stock's walk runs it", name, exc_info=True)
     if isinstance(exported, str):
         stats.record_scan(name, exported)
         return None
@@ -427,6 +432,10 @@ def run_scan(
     except ValueError as exc:  # an exporter bug: never wrong, at worst slower
         stats.record_scan(name, "planner rejected its input")
         logger.warning("%s: native scan planner rejected its input: %s", name, exc)
+        return None
+    except Exception as exc:  # noqa: BLE001 - e.g. a stale native module: decline, loudly
+        stats.record_scan(name, f"planner failed: {type(exc).__name__}")
+        logger.warning("%s: native scan planner failed: %s", name, exc)
         return None
     if answer[0] == "decline":
         stats.record_scan(name, answer[1])
