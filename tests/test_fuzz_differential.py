@@ -138,6 +138,16 @@ def test_random_models_lower_like_stock(spec: Spec) -> None:
     check_spec(spec)
 
 
+# -- regressions found by the long run ------------------------------------------------------
+
+
+def test_regression_identity_permute_leaves_no_call_node() -> None:
+    """Long run, session 3 (shrunk by hypothesis): ``permute(1, 0)`` of a 1x1 input is removed
+    before propagation, which then saw a graph without call nodes; the scan planner's exporter
+    indexed an empty class column and the accelerated FP lowering raised where stock did not."""
+    check_spec(Spec(inputs=((1, 1),), ops=(Op("permute", (0,), ((1, 0),)),), outputs=(1,)))
+
+
 # -- the checker itself must be able to fail ---------------------------------------------------
 
 
