@@ -6,24 +6,14 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::propagate::{self, ArgValue, Config, Direction, Edit, ScanInput};
-use crate::python::{slice, Borrowed};
+use crate::python::{checked_array, slice, Borrowed};
 
 fn array<'py, T: Element>(
     obj: &Bound<'py, PyAny>,
     name: &'static str,
     dtype: &'static str,
 ) -> PyResult<PyReadonlyArray1<'py, T>> {
-    let arr = obj.extract::<PyReadonlyArray1<'py, T>>().map_err(|_| {
-        PyValueError::new_err(format!(
-            "field '{name}': expected a 1-d numpy array of {dtype}"
-        ))
-    })?;
-    if arr.as_slice().is_err() {
-        return Err(PyValueError::new_err(format!(
-            "field '{name}': array must be C-contiguous"
-        )));
-    }
-    Ok(arr)
+    checked_array(obj, &format!("field '{name}'"), dtype)
 }
 
 fn arg_value<'py>(py: Python<'py>, v: &ArgValue) -> PyResult<Bound<'py, PyAny>> {

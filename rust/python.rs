@@ -40,14 +40,21 @@ pub(crate) fn column<'py, T: Element>(
     let value = obj
         .getattr(name)
         .map_err(|_| PyValueError::new_err(format!("node table field '{name}': missing")))?;
+    checked_array(&value, &format!("node table field '{name}'"), dtype)
+}
+
+/// A 1-d C-contiguous numpy array of `T`, or a ValueError naming `label`.
+pub(crate) fn checked_array<'py, T: Element>(
+    value: &Bound<'py, PyAny>,
+    label: &str,
+    dtype: &'static str,
+) -> PyResult<PyReadonlyArray1<'py, T>> {
     let arr = value.extract::<PyReadonlyArray1<'py, T>>().map_err(|_| {
-        PyValueError::new_err(format!(
-            "node table field '{name}': expected a 1-d numpy array of {dtype}"
-        ))
+        PyValueError::new_err(format!("{label}: expected a 1-d numpy array of {dtype}"))
     })?;
     if arr.as_slice().is_err() {
         return Err(PyValueError::new_err(format!(
-            "node table field '{name}': array must be C-contiguous"
+            "{label}: array must be C-contiguous"
         )));
     }
     Ok(arr)
