@@ -8,6 +8,7 @@ pub mod chains;
 pub mod dims;
 pub mod membership;
 pub mod propagate;
+pub mod shapes;
 pub mod signature;
 pub mod synth;
 pub mod table;

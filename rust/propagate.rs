@@ -17,6 +17,12 @@ use std::fmt;
 use crate::dims::{PermuteMap, ViewMap};
 use crate::table::{class, flag, op, NodeTable, TableError};
 
+mod run;
+
+pub use run::{
+    plan_run, plan_run_checked, retrace, Between, RunInput, RunPlan, ScanStep, ShapeWrite,
+};
+
 /// Per-node argument-form bits (`form` column of [`ScanInput`]).
 pub mod form {
     /// The args the rules read are positional, plain ints / int lists as the table encodes
@@ -310,7 +316,20 @@ struct Model<'a> {
     form: Vec<u32>,
     stale: Vec<bool>,
     edits: Vec<Edit>,
+    /// [`retrace`] bits per node (impure for the DCE, value kept by `ArmPass`).
+    retrace_bits: Vec<u8>,
+    /// Erased from the graph (by an edit or the DCE).
+    erased: Vec<bool>,
+    /// Args or value written by this scan's edits: what a re-trace recomputes first.
+    touched: Vec<bool>,
+    /// Graph order as a linked list ([`NIL`] ends it).
+    prev: Vec<usize>,
+    next: Vec<usize>,
+    head: usize,
+    tail: usize,
 }
+
+const NIL: usize = usize::MAX;
 
 /// Plans one stock scan. Call on a validated input (see [`plan_scan_checked`]).
 pub fn plan_scan(inp: &ScanInput<'_>, cfg: Config) -> Result<ScanPlan, Decline> {
@@ -321,16 +340,8 @@ pub fn plan_scan(inp: &ScanInput<'_>, cfg: Config) -> Result<ScanPlan, Decline> 
             return decline("symbolic shape", i);
         }
     }
-    let mut m = Model::new(inp, cfg);
-    let mut modified = false;
-    for i in 0..n {
-        if m.stale[i] || !m.is_scan_target(i) || m.users[i].is_empty() {
-            continue;
-        }
-        if m.propagate(i)? {
-            modified = true;
-        }
-    }
+    let mut m = Model::new(inp, cfg, None);
+    let modified = m.scan()?;
     Ok(ScanPlan {
         edits: m.edits,
         modified,
@@ -347,9 +358,20 @@ pub fn plan_scan_checked(
 }
 
 impl<'a> Model<'a> {
-    fn new(inp: &ScanInput<'a>, cfg: Config) -> Self {
+    /// The model of the exported graph; `retrace_bits` None: placeholders and the output are
+    /// the only impure nodes (enough for one scan, which never runs the DCE).
+    fn new(inp: &ScanInput<'a>, cfg: Config, retrace_bits: Option<&[u8]>) -> Self {
         let t = inp.table;
         let n = t.len();
+        let retrace_bits = match retrace_bits {
+            Some(bits) => bits.to_vec(),
+            None => (0..n)
+                .map(|i| match t.op[i] {
+                    op::PLACEHOLDER | op::OUTPUT => retrace::IMPURE,
+                    _ => 0,
+                })
+                .collect(),
+        };
         Model {
             target_class: t.target_class,
             target_extra: inp.target_extra,
@@ -379,7 +401,31 @@ impl<'a> Model<'a> {
                 .collect(),
             stale: vec![false; n],
             edits: Vec::new(),
+            retrace_bits,
+            erased: vec![false; n],
+            touched: vec![false; n],
+            prev: (0..n).map(|i| i.checked_sub(1).unwrap_or(NIL)).collect(),
+            next: (0..n)
+                .map(|i| if i + 1 < n { i + 1 } else { NIL })
+                .collect(),
+            head: if n > 0 { 0 } else { NIL },
+            tail: n.checked_sub(1).unwrap_or(NIL),
         }
+    }
+
+    /// One stock scan over the graph as it is now: `for node in list(graph.nodes)`, skipping
+    /// stale nodes and nodes without users; whether any walk modified the graph.
+    fn scan(&mut self) -> Step<bool> {
+        let mut modified = false;
+        for i in self.order() {
+            if self.stale[i] || !self.is_scan_target(i) || self.users[i].is_empty() {
+                continue;
+            }
+            if self.propagate(i)? {
+                modified = true;
+            }
+        }
+        Ok(modified)
     }
 }
 
@@ -632,6 +678,7 @@ impl Model<'_> {
         };
         if let Some(a) = swap.node_iargs {
             self.iargs[node] = a;
+            self.form[node] &= !form::ARG1_TUPLE; // a list is written
         }
         self.touch_args(node);
         self.edits.push(swap.node_edit);
@@ -1043,6 +1090,7 @@ impl Model<'_> {
                 }
             });
             self.shapes[nx] = Some(branch.source_shape.clone());
+            self.touched[nx] = true;
             let created = self.create_node(node, nx, old_shape, old_special);
             for u in self.users[nx].clone() {
                 if u != created {
@@ -1057,7 +1105,7 @@ impl Model<'_> {
             });
         }
         if self.users[node].is_empty() {
-            self.set_inputs(node, Vec::new()); // erase_node
+            self.erase(node);
         }
         self.edits.push(Edit::ForkSplit {
             node,
@@ -1085,6 +1133,7 @@ impl Model<'_> {
             self.form[like],
         );
         self.set_inputs(id, vec![input]);
+        self.insert_after(id, input); // `with graph.inserting_after(next_node)`
         id
     }
 
@@ -1108,6 +1157,11 @@ impl Model<'_> {
         self.iargs.push(iargs);
         self.form.push(form);
         self.stale.push(false);
+        self.retrace_bits.push(0);
+        self.erased.push(false);
+        self.touched.push(true);
+        self.prev.push(NIL);
+        self.next.push(NIL);
         id
     }
 
@@ -1203,6 +1257,7 @@ impl Model<'_> {
                 form::EXACT | plan.tuple,
             );
             self.set_inputs(id, vec![i]);
+            self.insert_before(id, nx); // `with graph.inserting_before(next_node)`
             created.push(id);
         }
         self.set_inputs(nx, created.clone());
@@ -1217,7 +1272,7 @@ impl Model<'_> {
         }
         for &u in &cat_users {
             if self.users[u].is_empty() {
-                self.set_inputs(u, Vec::new()); // erase_node
+                self.erase(u);
             }
         }
         self.edits.push(Edit::CatFanout {
@@ -1247,6 +1302,80 @@ impl Model<'_> {
             }
         }
         self.inputs[x] = deduped;
+        self.touched[x] = true;
+    }
+
+    /// `graph.erase_node(x)` of a node without users.
+    fn erase(&mut self, x: usize) {
+        self.set_inputs(x, Vec::new());
+        self.unlink(x);
+        self.erased[x] = true;
+    }
+
+    // -- graph order -----------------------------------------------------------------------
+
+    fn order(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut i = self.head;
+        while i != NIL {
+            out.push(i);
+            i = self.next[i];
+        }
+        out
+    }
+
+    fn unlink(&mut self, x: usize) {
+        let (p, n) = (self.prev[x], self.next[x]);
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.next[p] = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.prev[n] = p;
+        }
+        self.prev[x] = NIL;
+        self.next[x] = NIL;
+    }
+
+    /// fx's `anchor.append(x)`: x (moved if linked) right after anchor.
+    fn insert_after(&mut self, x: usize, anchor: usize) {
+        if x == anchor {
+            return;
+        }
+        if self.prev[x] != NIL || self.head == x {
+            self.unlink(x);
+        }
+        let n = self.next[anchor];
+        self.prev[x] = anchor;
+        self.next[x] = n;
+        self.next[anchor] = x;
+        if n == NIL {
+            self.tail = x;
+        } else {
+            self.prev[n] = x;
+        }
+    }
+
+    /// fx's `anchor.prepend(x)`: x (moved if linked) right before anchor.
+    fn insert_before(&mut self, x: usize, anchor: usize) {
+        if x == anchor {
+            return;
+        }
+        if self.prev[x] != NIL || self.head == x {
+            self.unlink(x);
+        }
+        let p = self.prev[anchor];
+        self.prev[x] = p;
+        self.next[x] = anchor;
+        self.prev[anchor] = x;
+        if p == NIL {
+            self.head = x;
+        } else {
+            self.next[p] = x;
+        }
     }
 
     fn touch_args(&mut self, x: usize) {
@@ -1280,6 +1409,11 @@ impl Model<'_> {
                         self.replace_input_with(u, frontier_input, node);
                     }
                 }
+                if self.op[frontier] == op::OUTPUT {
+                    self.insert_before(node, frontier);
+                } else {
+                    self.insert_after(node, frontier);
+                }
             }
             Direction::Up => {
                 let original_input = self.inputs[node][0];
@@ -1295,6 +1429,7 @@ impl Model<'_> {
                         self.replace_input_with(u, node, original_input);
                     }
                 }
+                self.insert_before(node, frontier_user);
             }
         }
     }
@@ -1352,6 +1487,8 @@ mod tests {
     const TABLE_OP: i32 = 3;
     const VIEW: i32 = 4;
     const ADD: i32 = 5;
+    /// An op the between-scan model has no shape rule for (a convolution, say).
+    const OPAQUE_OP: i32 = 6;
 
     fn builder() -> TableBuilder {
         TableBuilder::new(vec![
@@ -1361,6 +1498,7 @@ mod tests {
             class::TOSA_TABLE,
             class::VIEW,
             class::ELEMENTWISE,
+            0,
         ])
     }
 
@@ -1371,6 +1509,7 @@ mod tests {
             extra::ARG_UPDATE,
             0,
             extra::SCAN_TARGET | extra::VIEW_COPY,
+            0,
             0,
         ]
     }
@@ -1408,6 +1547,28 @@ mod tests {
                 special: &self.special,
                 form: &self.form,
             }
+        }
+
+        /// Scans to the fixed point; placeholders and the output are the impure nodes.
+        fn run(&self, direction: Direction, max_scans: usize) -> Result<RunPlan, Decline> {
+            let retrace: Vec<u8> = self
+                .t
+                .op
+                .iter()
+                .map(|&o| match o {
+                    op::PLACEHOLDER | op::OUTPUT => retrace::IMPURE,
+                    _ => 0,
+                })
+                .collect();
+            let input = RunInput {
+                scan: self.input(),
+                retrace: &retrace,
+            };
+            let cfg = Config {
+                direction,
+                tosa: true,
+            };
+            plan_run_checked(&input, cfg, max_scans).expect("valid input")
         }
 
         fn plan(&self, direction: Direction) -> Result<ScanPlan, Decline> {
@@ -1698,7 +1859,7 @@ mod tests {
             direction: Direction::Down,
             tosa: true,
         };
-        let mut m = Model::new(&input, cfg);
+        let mut m = Model::new(&input, cfg, None);
         m.move_node(1, 2, 1);
         assert_eq!(m.inputs[2], vec![0]);
         assert_eq!(m.inputs[1], vec![2]);
@@ -1745,5 +1906,126 @@ mod tests {
             plan_scan_checked(&bad.input(), cfg).unwrap_err().field,
             "form"
         );
+    }
+
+    /// x -> permute -> relu -> permute -> relu -> output, plus a dead relu of x.
+    fn two_permutes_and_dead_code(last: i32) -> Case {
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0); // 0
+        b.push(op::CALL_FUNCTION, RELU, &[0], Some(&[2, 3, 4]), &[], 0); // 1: dead
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        ); // 2
+        b.push(op::CALL_FUNCTION, RELU, &[2], Some(&[2, 4, 3]), &[], 0); // 3
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[3],
+            Some(&[2, 3, 4]),
+            &[0, 2, 1],
+            0,
+        ); // 4
+        b.push(op::CALL_FUNCTION, last, &[4], Some(&[2, 3, 4]), &[], 0); // 5
+        b.push(op::OUTPUT, -1, &[5], None, &[], flag::NON_TENSOR); // 6
+        Case::new(b.finish(), vec![0, 0, E, 0, E, 0, 0])
+    }
+
+    #[test]
+    fn run_models_the_retrace_between_scans() {
+        let run = two_permutes_and_dead_code(RELU)
+            .run(Direction::Down, 100)
+            .unwrap();
+        assert!(run.fixed_point);
+        let moves: Vec<Vec<&Edit>> = run.scans.iter().map(|s| s.edits.iter().collect()).collect();
+        // Scan 1 moves the first permute below the relu (the second is in its stale region);
+        // scan 2 moves the second permute; the last scan modifies nothing.
+        assert!(matches!(
+            moves[0][..],
+            [Edit::Move {
+                node: 2,
+                frontier: 3,
+                ..
+            }]
+        ));
+        assert!(matches!(
+            moves[1][..],
+            [Edit::Move {
+                node: 4,
+                frontier: 5,
+                ..
+            }]
+        ));
+        assert!(moves.last().unwrap().is_empty() && !run.scans.last().unwrap().modified);
+        let first = run.scans[0].after.as_ref().expect("modelled");
+        assert_eq!(first.dead, vec![1]);
+        // The relu now reads x: its value takes x's layout; both permutes are rewritten (a
+        // transform takes its input's dtype) at the same shape.
+        let writes: Vec<(usize, &[i64], usize)> = first
+            .shapes
+            .iter()
+            .map(|w| (w.node, &w.shape[..], w.base))
+            .collect();
+        assert_eq!(
+            writes,
+            vec![
+                (3, &[2, 3, 4][..], 3),
+                (2, &[2, 4, 3][..], 3),
+                (4, &[2, 3, 4][..], 2)
+            ]
+        );
+        // x's users were [dead relu, permute]: after the DCE and the move, [relu].
+        assert!(first.users.is_empty());
+        // One scan per run when asked: the run ends without a modelled re-trace.
+        let single = two_permutes_and_dead_code(RELU)
+            .run(Direction::Down, 1)
+            .unwrap();
+        assert_eq!(single.scans.len(), 1);
+        assert!(!single.fixed_point && single.scans[0].after.is_none());
+    }
+
+    #[test]
+    fn run_stops_where_a_value_is_not_modelled() {
+        // x -> permute -> relu -> opaque op: the move rewires the opaque op, which has no
+        // shape rule, so the run ends after the first scan for a real re-trace.
+        let mut b = builder();
+        b.push(op::PLACEHOLDER, -1, &[], Some(&[2, 3, 4]), &[], 0);
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[2, 4, 3]), &[], 0);
+        b.push(op::CALL_FUNCTION, OPAQUE_OP, &[2], Some(&[2, 4, 3]), &[], 0);
+        b.push(op::OUTPUT, -1, &[3], None, &[], flag::NON_TENSOR);
+        let run = Case::new(b.finish(), vec![0, E, 0, 0, 0])
+            .run(Direction::Down, 100)
+            .unwrap();
+        assert!(!run.fixed_point);
+        assert_eq!(run.scans.len(), 1);
+        assert!(run.scans[0].modified && run.scans[0].after.is_none());
+    }
+
+    #[test]
+    fn run_input_rejects_a_malformed_retrace_column() {
+        let case = two_permutes_and_dead_code(RELU);
+        let cfg = Config {
+            direction: Direction::Down,
+            tosa: true,
+        };
+        for bad in [vec![0u8; 3], vec![4u8; 7]] {
+            let input = RunInput {
+                scan: case.input(),
+                retrace: &bad,
+            };
+            assert!(plan_run_checked(&input, cfg, 10).is_err());
+        }
     }
 }

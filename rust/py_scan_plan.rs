@@ -1,11 +1,12 @@
-//! PyO3 binding of the one-scan propagation planner ([`crate::propagate`]). Conversion only.
+//! PyO3 bindings of the propagation planner ([`crate::propagate`]): one scan, or scans to the
+//! fixed point with the re-trace between them modelled. Conversion only.
 
 use numpy::{Element, PyReadonlyArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
-use crate::propagate::{self, ArgValue, Config, Direction, Edit, ScanInput};
+use crate::propagate::{self, ArgValue, Between, Config, Direction, Edit, RunInput, ScanInput};
 use crate::python::{checked_array, slice, Borrowed};
 
 fn array<'py, T: Element>(
@@ -68,6 +69,44 @@ fn edit_tuple<'py>(py: Python<'py>, e: &Edit) -> PyResult<Bound<'py, PyTuple>> {
     }
 }
 
+fn direction(name: &str) -> PyResult<Direction> {
+    match name {
+        "down" => Ok(Direction::Down),
+        "up" => Ok(Direction::Up),
+        other => Err(PyValueError::new_err(format!(
+            "direction: expected 'down' or 'up', got {other:?}"
+        ))),
+    }
+}
+
+fn edit_list<'py>(py: Python<'py>, edits: &[Edit]) -> PyResult<Bound<'py, PyList>> {
+    let items = edits
+        .iter()
+        .map(|e| edit_tuple(py, e))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, items)
+}
+
+/// `(dead, [(node, users)], [(node, shape, base)])`.
+fn between_tuple<'py>(py: Python<'py>, b: &Between) -> PyResult<Bound<'py, PyTuple>> {
+    let users = b
+        .users
+        .iter()
+        .map(|(i, u)| (*i, PyList::new(py, u)?).into_pyobject(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    let shapes = b
+        .shapes
+        .iter()
+        .map(|w| (w.node, PyList::new(py, &w.shape)?, w.base).into_pyobject(py))
+        .collect::<PyResult<Vec<_>>>()?;
+    (
+        PyList::new(py, &b.dead)?,
+        PyList::new(py, users)?,
+        PyList::new(py, shapes)?,
+    )
+        .into_pyobject(py)
+}
+
 /// Plans one stock propagation scan. Returns `("plan", modified, edits)` or
 /// `("decline", reason, node_or_None)`; ValueError on malformed input.
 #[pyfunction]
@@ -81,14 +120,9 @@ fn plan_propagation_scan<'py>(
     direction: &str,
     tosa: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let direction = match direction {
-        "down" => Direction::Down,
-        "up" => Direction::Up,
-        other => {
-            return Err(PyValueError::new_err(format!(
-                "direction: expected 'down' or 'up', got {other:?}"
-            )))
-        }
+    let cfg = Config {
+        direction: self::direction(direction)?,
+        tosa,
     };
     let b = Borrowed::new(table)?;
     let extra = array::<u32>(target_extra, "target_extra", "uint32")?;
@@ -100,16 +134,67 @@ fn plan_propagation_scan<'py>(
         special: slice(&special),
         form: slice(&form),
     };
-    let cfg = Config { direction, tosa };
     let result = py.detach(|| propagate::plan_scan_checked(&input, cfg))?;
     match result {
-        Ok(plan) => {
-            let edits = plan
-                .edits
+        Ok(plan) => ("plan", plan.modified, edit_list(py, &plan.edits)?).into_pyobject(py),
+        Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
+    }
+}
+
+/// Plans up to `max_scans` consecutive stock scans, modelling the re-trace between them.
+/// Returns `("plan", [(modified, edits, between_or_None)], fixed_point)` or
+/// `("decline", reason, node_or_None)` (the first scan declined); ValueError on malformed
+/// input.
+#[pyfunction]
+#[pyo3(signature = (table, target_extra, special, form, retrace, direction, tosa, max_scans))]
+#[allow(clippy::too_many_arguments)]
+fn plan_propagation_run<'py>(
+    py: Python<'py>,
+    table: &Bound<'py, PyAny>,
+    target_extra: &Bound<'py, PyAny>,
+    special: &Bound<'py, PyAny>,
+    form: &Bound<'py, PyAny>,
+    retrace: &Bound<'py, PyAny>,
+    direction: &str,
+    tosa: bool,
+    max_scans: usize,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let cfg = Config {
+        direction: self::direction(direction)?,
+        tosa,
+    };
+    if max_scans == 0 {
+        return Err(PyValueError::new_err("max_scans: expected at least 1"));
+    }
+    let b = Borrowed::new(table)?;
+    let extra = array::<u32>(target_extra, "target_extra", "uint32")?;
+    let special = array::<i32>(special, "special", "int32")?;
+    let form = array::<u32>(form, "form", "uint32")?;
+    let retrace = array::<u8>(retrace, "retrace", "uint8")?;
+    let input = RunInput {
+        scan: ScanInput {
+            table: b.view(),
+            target_extra: slice(&extra),
+            special: slice(&special),
+            form: slice(&form),
+        },
+        retrace: slice(&retrace),
+    };
+    let result = py.detach(|| propagate::plan_run_checked(&input, cfg, max_scans))?;
+    match result {
+        Ok(run) => {
+            let scans = run
+                .scans
                 .iter()
-                .map(|e| edit_tuple(py, e))
+                .map(|s| {
+                    let after = match &s.after {
+                        Some(b) => Some(between_tuple(py, b)?),
+                        None => None,
+                    };
+                    (s.modified, edit_list(py, &s.edits)?, after).into_pyobject(py)
+                })
                 .collect::<PyResult<Vec<_>>>()?;
-            ("plan", plan.modified, PyList::new(py, edits)?).into_pyobject(py)
+            ("plan", PyList::new(py, scans)?, run.fixed_point).into_pyobject(py)
         }
         Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
     }
@@ -117,5 +202,6 @@ fn plan_propagation_scan<'py>(
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_propagation_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_propagation_run, m)?)?;
     Ok(())
 }

@@ -255,12 +255,18 @@ def test_stats_api(clean_stats, caplog) -> None:
             "seconds": 0.75,
             "scans_native": 0,
             "scans_declined": {},
+            "scan_runs": 0,
+            "shape_mismatches": 0,
         }
     }
     stats.record_scan("P", None)
     stats.record_scan("P", "fork")
     assert arm_accel.stats()["P"]["scans_native"] == 1
     assert arm_accel.stats()["P"]["scans_declined"] == {"fork": 1}
+    stats.record_scan_run("P")
+    stats.record_shape_mismatch("P", 2)
+    assert arm_accel.stats()["P"]["scan_runs"] == 1
+    assert arm_accel.stats()["P"]["shape_mismatches"] == 2
     assert sum("why" in r.getMessage() for r in caplog.records) == 1
     arm_accel.reset_stats()
     assert arm_accel.stats() == {}

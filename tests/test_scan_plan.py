@@ -60,6 +60,43 @@ def test_planned_scans_equal_stock_on_fp_models(name: str) -> None:
     assert not [k for k in counts if k.startswith("declined")], counts
 
 
+def _mismatches() -> int:
+    snap = stats.snapshot()
+    return sum(int(snap.get(n, {}).get("shape_mismatches", 0)) for n in PASS_NAMES)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("name", ["llama1", "llama1-fp"])
+def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The re-trace between scans is modelled natively: llama's calls plan scans in runs, each
+    run equal to stock's scans with real re-traces between (graphs, values, users order); the
+    closing re-traces find no value the model got wrong; fewer virtual re-traces run than with
+    one scan per run."""
+    from arm_accel.retrace import VirtualRetracer
+    from conftest import captured_lowering
+
+    records, _ = captured_lowering(name)
+    before = _mismatches()
+    counts: Counter[str] = Counter()
+    with checked_scans(counts):
+        replay(records)
+    assert counts["scans in multi-scan runs"] > 0, counts
+    assert not [k for k in counts if k.startswith("declined")], counts
+    assert _mismatches() == before
+
+    applied = Counter[int]()
+    original = VirtualRetracer.apply
+
+    def apply(self: VirtualRetracer, **kwargs: Any) -> int:
+        applied[propagate.MAX_SCANS_PER_RUN] += 1
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(VirtualRetracer, "apply", apply)
+    for max_scans in (1, 1 << 16):
+        monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
+        replay(records)
+    assert applied[1 << 16] < applied[1], applied
+
+
 # -- hand-built graphs -----------------------------------------------------------------------
 
 

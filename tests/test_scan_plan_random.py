@@ -5,7 +5,8 @@ or same-shape operand), keepdim reductions, slices and cats, with values compute
 the ops on real tensors. Both directions run to their fixed point (scans only, no fusions);
 every scan the planner answers is compared with stock's walk on a deep copy
 (``checked_scans``), and between scans the graph is refreshed as a re-trace would: DCE and new
-values in graph order.
+values in graph order. The same graphs also run in native runs of scans (the re-trace between
+scans modelled in Rust), checked the same way against stock's scans with ``refresh`` between.
 """
 
 from __future__ import annotations
@@ -160,3 +161,36 @@ def test_random_graphs(chunk: int) -> None:
     print(dict(counts))
     assert counts["native"] > 100, counts
     assert counts["edit: move"] > 0 and counts["edit: args"] > 0, counts
+
+
+def _refreshed(_pass: Any, gm: fx.GraphModule) -> fx.GraphModule:
+    refresh(gm)
+    return gm
+
+
+@pytest.mark.parametrize("chunk", range(4))
+def test_random_graphs_in_runs(chunk: int) -> None:
+    """Scans to the fixed point in native runs: after each run the graph, its values (the
+    shapes the model wrote) and users order equal stock's scans with a re-trace between."""
+    counts: Counter[str] = Counter()
+    with _tosa(), checked_scans(counts, retrace=_refreshed):
+        for seed in range(chunk * 60, (chunk + 1) * 60):
+            for cls in _passes():
+                gm = random_graph(seed)
+                pass_ = cls()
+                for _ in range(20):
+                    try:
+                        run = scan_plan.run_scans(pass_, gm, cls.__name__, max_scans=20)
+                    except RuntimeError:  # the planner declined, stock raised (keepdim)
+                        break
+                    if run is None:
+                        modified = pass_._python_scan(gm)
+                        fixed_point = not modified
+                    else:
+                        modified, fixed_point = run.modified, run.fixed_point
+                    if modified:
+                        refresh(gm)
+                    if fixed_point:
+                        break
+    print(dict(counts))
+    assert counts["scans in multi-scan runs"] > 50, counts

@@ -138,3 +138,30 @@ def plan_propagation_scan(
     creates get the ids after the table's, in creation order. Or ``("decline", reason,
     node)``. Raises ValueError naming the field on malformed input.
     """
+
+# The re-trace between two scans of a run, modelled: (dead, users, shape writes).
+_Between = tuple[list[int], list[tuple[int, list[int]]], list[tuple[int, list[int], int]]]
+_ScanStep = tuple[bool, list[_Edit], _Between | None]
+
+def plan_propagation_run(
+    table: _Table,
+    target_extra: npt.NDArray[np.uint32],
+    special: npt.NDArray[np.int32],
+    form: npt.NDArray[np.uint32],
+    retrace: npt.NDArray[np.uint8],
+    direction: str,
+    tosa: bool,
+    max_scans: int,
+) -> tuple[str, list[_ScanStep], bool] | tuple[str, str, int | None]:
+    """Plan up to ``max_scans`` consecutive stock scans, modelling stock's re-trace between
+    them (the DCE, users in graph order, recomputed shapes).
+
+    Columns as ``plan_propagation_scan`` plus ``retrace`` (uint8 per node: bit 0 impure for
+    fx's DCE, bit 1 a value ``ArmPass`` keeps). Returns ``("plan", scans, fixed_point)``: per
+    scan ``(modified, edits, between)``, where ``between`` (None on the run's last scan) is
+    ``(dead, users, shapes)`` to mirror before the next scan's edits: erase ``dead`` in order,
+    set each ``(node, users)`` dict to that order, and give each ``(node, shape, base)`` the
+    value ``base``'s value ``.new_empty(shape)``. ``fixed_point``: the last scan modified
+    nothing; otherwise re-trace before planning on. A first scan that cannot be decided is
+    ``("decline", reason, node)``. Raises ValueError on malformed input or ``max_scans < 1``.
+    """

@@ -129,6 +129,8 @@ class VirtualRetracer:
         self.fake_mode = self._find_fake_mode(graph_module)
         self._special = _ops_without_quantized_fake_kernel()
         self._arm_pass = True
+        #: Shape mismatches found by the last ``apply(check=True)``.
+        self.mismatches = 0
         self.snapshot()
 
     @staticmethod
@@ -226,7 +228,7 @@ class VirtualRetracer:
             fake_mode.allow_non_fake_inputs = prev_allow
         return stale
 
-    def apply(self, *, prologue: bool = True, arm_pass: bool = True) -> int:
+    def apply(self, *, prologue: bool = True, arm_pass: bool = True, check: bool = False) -> int:
         """Refresh vals of edited nodes and downstream, order users. Returns the number of
         recomputed nodes.
 
@@ -235,6 +237,8 @@ class VirtualRetracer:
         nodes too, and so must we keep them (they are users later decisions count).
         ``arm_pass``: the re-tracing pass is an ``ArmPass`` (its ``call_operator`` keeps the old
         shape for quantized ops without a fake kernel); a plain ``ExportPass`` fake-runs them.
+        ``check``: count in ``self.mismatches`` the recomputed values whose shape differs from
+        the value they had (the between-scan model claims to have written every new shape).
         """
         from torch._dispatch.python import enable_python_dispatcher
 
@@ -246,6 +250,7 @@ class VirtualRetracer:
         seen = self._seen
         changed: set[fx.Node] = set()
         recomputed = 0
+        self.mismatches = 0
         nodes = list(graph.nodes)
         fake_mode = self.fake_mode
         prev_allow = fake_mode.allow_non_fake_inputs
@@ -282,8 +287,17 @@ class VirtualRetracer:
                     if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
                         raise VirtualRetraceUnsupported("non-fake tensor result")
                     node.meta["val"] = new_val
-                    if not _same_tensor_meta(old_val, new_val):
+                    # Downstream values were computed from the snapshot's value, whatever an
+                    # edit wrote since: compare with that.
+                    if old is None or not _same_tensor_meta(old[2], new_val):
                         changed.add(node)
+                    if (
+                        check
+                        and isinstance(old_val, torch.Tensor)
+                        and isinstance(new_val, torch.Tensor)
+                        and old_val.shape != new_val.shape
+                    ):
+                        self.mismatches += 1
         finally:
             fake_mode.allow_non_fake_inputs = prev_allow
         # A re-trace creates users front to back: users dicts are in graph order.

@@ -24,6 +24,10 @@ class PassStats:
     #: Propagation scans decided by the native planner, and the ones it declined, by reason.
     scans_native: int = 0
     scans_declined: Counter[str] = field(default_factory=Counter)
+    #: Runs of natively planned scans (the re-trace between a run's scans modelled), and the
+    #: values the model got wrong (checked at the run's closing re-trace; should stay 0).
+    scan_runs: int = 0
+    shape_mismatches: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -34,6 +38,8 @@ class PassStats:
             "seconds": self.seconds,
             "scans_native": self.scans_native,
             "scans_declined": dict(self.scans_declined),
+            "scan_runs": self.scan_runs,
+            "shape_mismatches": self.shape_mismatches,
         }
 
 
@@ -93,6 +99,18 @@ def record_scan(name: str, declined: str | None) -> None:
             s.scans_native += 1
         else:
             s.scans_declined[declined] += 1
+
+
+def record_scan_run(name: str) -> None:
+    """One run of consecutive natively planned scans of pass ``name``."""
+    with _lock:
+        _get(name).scan_runs += 1
+
+
+def record_shape_mismatch(name: str, count: int) -> None:
+    """``count`` values the between-scan model predicted differently from the re-trace."""
+    with _lock:
+        _get(name).shape_mismatches += count
 
 
 def calls_of(name: str) -> int:

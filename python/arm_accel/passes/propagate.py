@@ -14,10 +14,16 @@ Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake 
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
 which is what stock does at that point.
 
-Each scan's decisions are planned natively (``passes/scan_plan.py`` over ``rust/propagate.rs``):
-the planner returns the scan's ordered edits, applied with stock's own edit methods; a scan it
-cannot decide exactly is declined before any edit (``stats.record_scan``) and stock's walk runs
-it (``_python_scan``).
+Scans are planned natively (``passes/scan_plan.py`` over ``rust/propagate.rs``) in runs: one
+export of the node table, then every scan to the fixed point in Rust, with what stock's re-trace
+between two scans changes (DCE, users in graph order, the recomputed shapes) modelled on the
+table (``rust/propagate/run.rs``). Python applies each scan's edits with stock's own edit
+methods, mirrors the modelled re-trace (erase, reorder users, ``new_empty`` values) and runs one
+virtual re-trace at the end of the run, which also checks the modelled values. A run ends early
+where a value is not modelled (Python re-traces and plans on); the first scan of a call runs
+alone when the call's input values may be stale. A first scan the planner cannot decide
+exactly is declined before any edit (``stats.record_scan``) and stock's walk runs it
+(``_python_scan``).
 """
 
 from __future__ import annotations
@@ -129,6 +135,10 @@ _ACCELERATED_FUSIONS: dict[type, type] = {
 
 #: Run the in-loop fusions through their accelerated variants (issue 4); off only to measure.
 ACCELERATED_IN_LOOP_FUSIONS = True
+
+#: Scans planned in one native run, the re-traces between them modelled (issue 4); 1 plans
+#: every scan on its own with a virtual re-trace after it (to measure, or to bisect a bug).
+MAX_SCANS_PER_RUN = 1 << 16
 
 
 def _fusion_class(looked_up: type) -> type:
@@ -284,15 +294,21 @@ class _AcceleratedPropagation:
         scan_cache = scan_plan.ScanCache()
         while True:
             tracker = VirtualRetracer(graph_module)
-            planned = scan_plan.run_scan(self, graph_module, self._stock_name, scan_cache)
-            if planned is None:
+            # Scans after the first read re-traced values: the native model of the re-trace
+            # between scans starts from exact values only.
+            max_scans = MAX_SCANS_PER_RUN if self._arm_accel_exact else 1
+            run = scan_plan.run_scans(self, graph_module, self._stock_name, scan_cache, max_scans)
+            if run is None:
                 iteration_modified = self._python_scan(graph_module)
+                fixed_point = not iteration_modified
             else:
-                iteration_modified = planned
+                iteration_modified, fixed_point = run.modified, run.fixed_point
 
             if iteration_modified:
                 modified = True
-                graph_module = self._virtual_retrace(tracker)
+                check = run is not None and run.fixed_point and run.scans > 1
+                graph_module = self._virtual_retrace(tracker, check=check)
+            if not fixed_point:
                 continue
 
             result = self.fuse_horizontal(graph_module)  # type: ignore[attr-defined]
@@ -325,12 +341,22 @@ class _AcceleratedPropagation:
                     iteration_modified = True
         return iteration_modified
 
-    def _virtual_retrace(self, tracker: VirtualRetracer) -> fx.GraphModule:
+    def _virtual_retrace(self, tracker: VirtualRetracer, check: bool = False) -> fx.GraphModule:
+        """``check``: the edits since the tracker's snapshot were a run of scans whose
+        re-traces were modelled natively; count values the model got wrong."""
         if not self._arm_accel_exact:
             tracker.full = True  # the first re-trace of this call refreshes every value
         self._arm_accel_exact = True
         try:
-            tracker.apply()
+            tracker.apply(check=check)
+            if tracker.mismatches:
+                stats.record_shape_mismatch(self._stock_name, tracker.mismatches)
+                logger.error(
+                    "%s: the between-scan model predicted %d value(s) differently from the "
+                    "re-trace (please report)",
+                    self._stock_name,
+                    tracker.mismatches,
+                )
             return tracker.graph_module
         except VirtualRetraceUnsupported as exc:
             stats.record_fallback(self._stock_name, f"virtual retrace: {exc}")

@@ -1,12 +1,15 @@
-"""One propagation scan decided in Rust (``rust/propagate.rs``), applied here with stock's edits.
+"""Propagation scans decided in Rust (``rust/propagate.rs``), applied here with stock's edits.
 
 Stock's scan is ``for node in graph order: skip stale; if target in _targets and has users:
-_propagate(node, stale)``. ``run_scan`` exports the graph to the node table plus the planner's
-own columns (per-target pass configuration, per-node special dtype and argument form), asks the
-native planner for the scan's ordered edit list, and applies it: ``args`` rewrites exactly as
-stock builds them and ``_move_node`` moves through the pass's own (stock) method. When the
-planner declines -- an argument form the table does not carry, a rule not ported yet, a place
-where stock raises -- nothing was edited and the caller runs stock's walk for that scan.
+_propagate(node, stale)``, and after every modifying scan a re-trace. ``run_scans`` exports the
+graph once to the node table plus the planner's own columns (per-target pass configuration,
+per-node special dtype, argument form, purity), asks the native planner for a run of scans to
+the fixed point -- each scan's ordered edit list and, between scans, what the re-trace changes
+that the next scan reads (``mirror_retrace``: DCE, users in graph order, new shapes) -- and
+applies them in order: ``args`` rewrites exactly as stock builds them, moves, fork splits and cat
+fan-outs through the pass's own (stock) methods. When the planner declines the first scan -- an
+argument form the table does not carry, a rule not ported, a place where stock raises --
+nothing was edited and the caller runs stock's walk for that scan.
 
 Only passes whose decision methods are exactly stock's (the Arm TOSA configuration or the
 backend-neutral one) are planned: a subclass overriding a rule declines every scan.
@@ -249,6 +252,8 @@ class ScanCache:
 
     targets: dict[Any, tuple[int, int]] = dataclasses.field(default_factory=dict)
     args: dict[fx.Node, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    #: ``is_impure()`` per call target.
+    impure: dict[Any, bool] = dataclasses.field(default_factory=dict)
 
 
 # Target bits per pass configuration, shared by calls (targets are long-lived op overloads).
@@ -404,12 +409,77 @@ def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -
         nodes.append(nodes[next_id].next)
 
 
-def run_scan(
-    pass_: Any, graph_module: fx.GraphModule, name: str, cache: ScanCache | None = None
-) -> bool | None:
-    """One stock scan planned natively and applied; its ``iteration_modified``, or None when
-    the planner declined (nothing was edited: run stock's walk). ``cache``: shared by the
-    scans of one call."""
+#: ``retrace`` column bits (``rust/propagate/run.rs::retrace``).
+RETRACE_IMPURE = 1
+RETRACE_KEEPS_VALUE = 2
+
+
+def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
+    """Per node: fx's ``is_impure()`` (what the DCE keeps) and whether ``ArmPass`` keeps the
+    node's old value on a re-trace (a quantized op without a fake kernel)."""
+    from arm_accel.retrace import _ops_without_quantized_fake_kernel
+
+    nodes = table.nodes
+    bits = np.zeros(len(nodes), dtype=np.uint8)
+    impure = cache.impure
+    keeps = _ops_without_quantized_fake_kernel()
+    for i, node in enumerate(nodes):
+        target = node.target
+        if node.op == "call_function" and not isinstance(target, torch._ops.HigherOrderOperator):
+            # Purity of a call depends only on its target (the arguments matter for
+            # higher-order ops alone).
+            flag = impure.get(target)
+            if flag is None:
+                flag = impure[target] = node.is_impure()
+            if target in keeps and node.meta.get("input_qparams"):
+                bits[i] = RETRACE_KEEPS_VALUE
+        else:
+            flag = node.is_impure()
+        if flag:
+            bits[i] |= RETRACE_IMPURE
+    return bits
+
+
+def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
+    """What stock's re-trace after a scan changes that the next scan reads, as the native
+    model computed it: the DCE, users dicts in graph order, new shapes (``new_empty`` values,
+    as stock's own edits write them; the run's closing re-trace recomputes them exactly)."""
+    dead, users, shapes = between
+    for i in dead:
+        graph.erase_node(nodes[i])
+    for i, order in users:
+        d = nodes[i].users
+        if set(d) != {nodes[u] for u in order}:
+            raise AssertionError(f"scan run: users of {nodes[i].name} differ from the model")
+        d.clear()
+        d.update(dict.fromkeys(nodes[u] for u in order))
+    for i, shape, base in shapes:
+        node = nodes[i]
+        node.meta = {**node.meta, "val": nodes[base].meta["val"].new_empty(shape)}
+
+
+@dataclasses.dataclass
+class ScanRun:
+    """Consecutive scans planned natively and applied. ``modified``: some scan modified the
+    graph (re-trace it); ``fixed_point``: the last scan modified nothing (go on to the
+    fusions); ``scans``: how many scans ran."""
+
+    modified: bool
+    fixed_point: bool
+    scans: int
+
+
+def run_scans(
+    pass_: Any,
+    graph_module: fx.GraphModule,
+    name: str,
+    cache: ScanCache | None = None,
+    max_scans: int = 1,
+) -> ScanRun | None:
+    """Up to ``max_scans`` stock scans planned natively with stock's re-traces between them
+    modelled, applied; None when the planner declined the first scan (nothing was edited: run
+    stock's walk). More than one scan needs values a re-trace would leave unchanged.
+    ``cache``: shared by the scans of one call."""
     if not ENABLED:
         return None
     config = scan_config(pass_)
@@ -418,17 +488,21 @@ def run_scan(
         logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
         return None
     direction, tosa = config
+    if cache is None:
+        cache = ScanCache()
     try:
         exported = export_scan_input(graph_module, pass_, tosa, cache)
+        if not isinstance(exported, str):
+            exported = (*exported, retrace_column(exported[0], cache))
     except Exception as exc:  # noqa: BLE001 - an exporter bug: never wrong, at worst slower
         exported = f"export failed: {type(exc).__name__}"
         logger.warning("%s: scan export failed; stock's walk runs it", name, exc_info=True)
     if isinstance(exported, str):
         stats.record_scan(name, exported)
         return None
-    table, extra, special, form = exported
+    table = exported[0]
     try:
-        answer = _native.plan_propagation_scan(table, extra, special, form, direction, tosa)
+        answer = _native.plan_propagation_run(*exported, direction, tosa, max_scans)
     except ValueError as exc:  # an exporter bug: never wrong, at worst slower
         stats.record_scan(name, "planner rejected its input")
         logger.warning("%s: native scan planner rejected its input: %s", name, exc)
@@ -443,7 +517,23 @@ def run_scan(
             "%s: scan declined by the native planner (%s); stock's walk runs it", name, answer[1]
         )
         return None
-    _, modified, edits = answer
-    apply_edits(pass_, table.nodes, edits)
-    stats.record_scan(name, None)
-    return bool(modified)
+    _, scans, fixed_point = answer
+    nodes = table.nodes
+    modified = False
+    for scan_modified, edits, between in scans:
+        apply_edits(pass_, nodes, edits)
+        stats.record_scan(name, None)
+        modified |= scan_modified
+        if between is not None:
+            mirror_retrace(graph_module.graph, nodes, between)
+    stats.record_scan_run(name)
+    return ScanRun(modified, fixed_point, len(scans))
+
+
+def run_scan(
+    pass_: Any, graph_module: fx.GraphModule, name: str, cache: ScanCache | None = None
+) -> bool | None:
+    """One stock scan planned natively and applied; its ``iteration_modified``, or None when
+    the planner declined (nothing was edited: run stock's walk)."""
+    run = run_scans(pass_, graph_module, name, cache, max_scans=1)
+    return None if run is None else run.modified
