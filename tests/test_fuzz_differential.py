@@ -24,7 +24,7 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import capture, models, switch
+from arm_accel import capture, models, stats, switch
 from arm_accel.testing import assert_graphs_equal
 from fuzz_models import Op, Spec
 from hypothesis import given
@@ -110,8 +110,16 @@ def check_spec(spec: Spec, modes: tuple[str, ...] = ("FP", "INT")) -> None:
         except Exception:  # noqa: BLE001 - no pass of ours ran: both lowerings would raise it
             continue
         stock = lower_once(edge, mode, accelerated=False)
+        before = _shape_mismatches()
         ours = lower_once(edge, mode, accelerated=True)
         compare(stock, ours, mode)
+        # Equal output is not enough: the between-scan model must also have predicted every
+        # value the closing re-traces computed.
+        assert _shape_mismatches() == before, f"{mode}: the between-scan model mispredicted"
+
+
+def _shape_mismatches() -> int:
+    return sum(int(s.get("shape_mismatches", 0)) for s in stats.snapshot().values())  # type: ignore[call-overload]
 
 
 def compare(stock: Outcome, ours: Outcome, mode: str) -> None:
