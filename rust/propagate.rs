@@ -11,6 +11,10 @@
 //! Exactness rule: wherever the table cannot tell what stock would do (an arg form it does not
 //! carry, a rule not ported, a place where stock raises), the whole scan declines before any
 //! edit is returned; Python then runs stock's walk for that scan.
+//!
+//! [`plan_run`] (in `propagate/run.rs`) keeps the model across scans: it also models stock's
+//! re-trace between two scans (DCE, graph order, users order, recomputed shapes), so a whole
+//! run of scans to the fixed point is planned from one export of the table.
 
 use std::fmt;
 
@@ -2027,5 +2031,35 @@ mod tests {
             };
             assert!(plan_run_checked(&input, cfg, 10).is_err());
         }
+    }
+
+    #[test]
+    fn symbolic_shapes_decline_before_any_scan() {
+        let mut b = builder();
+        b.push(
+            op::PLACEHOLDER,
+            -1,
+            &[],
+            Some(&[2, 3, 4]),
+            &[],
+            flag::SYMBOLIC,
+        );
+        b.push(
+            op::CALL_FUNCTION,
+            PERMUTE,
+            &[0],
+            Some(&[2, 4, 3]),
+            &[0, 2, 1],
+            0,
+        );
+        b.push(op::CALL_FUNCTION, RELU, &[1], Some(&[2, 4, 3]), &[], 0);
+        b.push(op::OUTPUT, -1, &[2], None, &[], flag::NON_TENSOR);
+        let case = Case::new(b.finish(), vec![0, E, 0, 0]);
+        let run = case.run(Direction::Down, 10).unwrap_err();
+        assert_eq!((run.reason, run.node), ("symbolic shape", Some(0)));
+        assert_eq!(
+            case.plan(Direction::Down).unwrap_err().reason,
+            "symbolic shape"
+        );
     }
 }
