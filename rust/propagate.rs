@@ -1346,39 +1346,39 @@ impl Model<'_> {
 
     /// fx's `anchor.append(x)`: x (moved if linked) right after anchor.
     fn insert_after(&mut self, x: usize, anchor: usize) {
-        if x == anchor {
-            return;
-        }
-        if self.prev[x] != NIL || self.head == x {
-            self.unlink(x);
-        }
-        let n = self.next[anchor];
-        self.prev[x] = anchor;
-        self.next[x] = n;
-        self.next[anchor] = x;
-        if n == NIL {
-            self.tail = x;
-        } else {
-            self.prev[n] = x;
+        if x != anchor {
+            self.unlink_if_linked(x);
+            self.splice(x, anchor, self.next[anchor]);
         }
     }
 
     /// fx's `anchor.prepend(x)`: x (moved if linked) right before anchor.
     fn insert_before(&mut self, x: usize, anchor: usize) {
-        if x == anchor {
-            return;
+        if x != anchor {
+            self.unlink_if_linked(x);
+            self.splice(x, self.prev[anchor], anchor);
         }
+    }
+
+    fn unlink_if_linked(&mut self, x: usize) {
         if self.prev[x] != NIL || self.head == x {
             self.unlink(x);
         }
-        let p = self.prev[anchor];
+    }
+
+    /// Links the unlinked `x` between neighbours `p` and `n` ([`NIL`] at an end).
+    fn splice(&mut self, x: usize, p: usize, n: usize) {
         self.prev[x] = p;
-        self.next[x] = anchor;
-        self.prev[anchor] = x;
+        self.next[x] = n;
         if p == NIL {
             self.head = x;
         } else {
             self.next[p] = x;
+        }
+        if n == NIL {
+            self.tail = x;
+        } else {
+            self.prev[n] = x;
         }
     }
 

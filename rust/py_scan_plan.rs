@@ -69,6 +69,39 @@ fn edit_tuple<'py>(py: Python<'py>, e: &Edit) -> PyResult<Bound<'py, PyTuple>> {
     }
 }
 
+/// The table and the planner's per-target / per-node columns, borrowed from Python.
+struct Columns<'py> {
+    table: Borrowed<'py>,
+    extra: PyReadonlyArray1<'py, u32>,
+    special: PyReadonlyArray1<'py, i32>,
+    form: PyReadonlyArray1<'py, u32>,
+}
+
+impl<'py> Columns<'py> {
+    fn new(
+        table: &Bound<'py, PyAny>,
+        target_extra: &Bound<'py, PyAny>,
+        special: &Bound<'py, PyAny>,
+        form: &Bound<'py, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(Self {
+            table: Borrowed::new(table)?,
+            extra: array(target_extra, "target_extra", "uint32")?,
+            special: array(special, "special", "int32")?,
+            form: array(form, "form", "uint32")?,
+        })
+    }
+
+    fn input(&self) -> ScanInput<'_> {
+        ScanInput {
+            table: self.table.view(),
+            target_extra: slice(&self.extra),
+            special: slice(&self.special),
+            form: slice(&self.form),
+        }
+    }
+}
+
 fn direction(name: &str) -> PyResult<Direction> {
     match name {
         "down" => Ok(Direction::Down),
@@ -124,16 +157,8 @@ fn plan_propagation_scan<'py>(
         direction: self::direction(direction)?,
         tosa,
     };
-    let b = Borrowed::new(table)?;
-    let extra = array::<u32>(target_extra, "target_extra", "uint32")?;
-    let special = array::<i32>(special, "special", "int32")?;
-    let form = array::<u32>(form, "form", "uint32")?;
-    let input = ScanInput {
-        table: b.view(),
-        target_extra: slice(&extra),
-        special: slice(&special),
-        form: slice(&form),
-    };
+    let columns = Columns::new(table, target_extra, special, form)?;
+    let input = columns.input();
     let result = py.detach(|| propagate::plan_scan_checked(&input, cfg))?;
     match result {
         Ok(plan) => ("plan", plan.modified, edit_list(py, &plan.edits)?).into_pyobject(py),
@@ -166,18 +191,10 @@ fn plan_propagation_run<'py>(
     if max_scans == 0 {
         return Err(PyValueError::new_err("max_scans: expected at least 1"));
     }
-    let b = Borrowed::new(table)?;
-    let extra = array::<u32>(target_extra, "target_extra", "uint32")?;
-    let special = array::<i32>(special, "special", "int32")?;
-    let form = array::<u32>(form, "form", "uint32")?;
+    let columns = Columns::new(table, target_extra, special, form)?;
     let retrace = array::<u8>(retrace, "retrace", "uint8")?;
     let input = RunInput {
-        scan: ScanInput {
-            table: b.view(),
-            target_extra: slice(&extra),
-            special: slice(&special),
-            form: slice(&form),
-        },
+        scan: columns.input(),
         retrace: slice(&retrace),
     };
     let result = py.detach(|| propagate::plan_run_checked(&input, cfg, max_scans))?;
