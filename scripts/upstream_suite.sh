@@ -88,10 +88,19 @@ if env.strip().lower() not in ("0", "false", "off", "no"):
     print(f"hook activated: {status.get('activated')}; swapped: {sorted(status.get('swapped', {}))}"
           f"; skipped: {status.get('skipped')}")
     for name, s in sorted(stats.items()):
+        scans = ""
+        if s.get("scans_native") or s.get("scans_declined"):
+            scans = (f" scans native {s['scans_native']} declined {s['scans_declined']} "
+                     f"in {s['scan_runs']} runs, mispredicted values {s['shape_mismatches']}")
         print(f"  {name}: calls {s['calls']} accelerated {s['accelerated']} "
-              f"fallbacks {s['fallbacks']} retraces {s['retraces']} seconds {s['seconds']:.2f}")
+              f"fallbacks {s['fallbacks']} retraces {s['retraces']} seconds {s['seconds']:.2f}"
+              + scans)
     if not status.get("activated"):
         print("ERROR: the hook did not activate in the pytest process")
+        sys.exit(1)
+    mispredicted = sum(s.get("shape_mismatches", 0) for s in stats.values())
+    if mispredicted:
+        print(f"ERROR: the between-scan model mispredicted {mispredicted} value(s)")
         sys.exit(1)
 missing, extra = known - failed, failed - known
 if extra:
