@@ -543,3 +543,45 @@ def test_exporter_error_declines_the_scan(monkeypatch: pytest.MonkeyPatch) -> No
     with _tosa():
         key, _ = _one_scan(Down(), _permute_relu())
     assert key == "declined: export failed: RuntimeError"
+
+
+def test_retrace_column_marks_impure_nodes_and_kept_values() -> None:
+    """The DCE keeps what ``is_impure()`` keeps; a quantized op without a fake kernel (whose
+    value ``ArmPass`` keeps) is marked so that a run stops before recomputing it."""
+    g = _Graph()
+    x = g.input("x", (2, 3))
+    p = g.op(edge.permute_copy.default, (x, [1, 0]), (3, 2))
+    leaky = g.op(edge.leaky_relu.default, (p,), (3, 2), input_qparams={0: object()})
+    plain = g.op(edge.leaky_relu.default, (p,), (3, 2))
+    copy_ = g.op(torch.ops.aten.copy_.default, (x, x), (2, 3))  # mutates its input
+    gm = g.done(leaky, plain, copy_)
+    with _tosa():
+        exported = scan_plan.export_scan_input(gm, Down(), True)
+    assert not isinstance(exported, str)
+    bits = scan_plan.retrace_column(exported[0], scan_plan.ScanCache())
+    by_name = {n.name: int(b) for n, b in zip(exported[0].nodes, bits, strict=True)}
+    impure, keeps = scan_plan.RETRACE_IMPURE, scan_plan.RETRACE_KEEPS_VALUE
+    assert by_name == {
+        x.name: impure,
+        p.name: 0,
+        leaky.name: keeps,
+        plain.name: 0,
+        copy_.name: impure,
+        "output": impure,
+    }
+
+
+def test_a_run_stops_before_a_value_it_does_not_model() -> None:
+    """x -> permute -> relu -> (quantized leaky_relu, value kept by ArmPass): moving the
+    permute below the relu changes the leaky_relu's input, so the run ends after that scan
+    (no modelled re-trace) and the caller re-traces."""
+    g = _Graph()
+    x = g.input("x", (2, 3, 4))
+    p = g.op(edge.permute_copy.default, (x, [0, 2, 1]), (2, 4, 3))
+    r = g.op(edge.relu.default, (p,), (2, 4, 3))
+    leaky = g.op(edge.leaky_relu.default, (r,), (2, 4, 3), input_qparams={0: object()})
+    gm = g.done(leaky)
+    with _tosa():
+        run = scan_plan.run_scans(Down(), gm, "test", max_scans=10)
+    assert run is not None and run.modified
+    assert (run.scans, run.fixed_point) == (1, False)
