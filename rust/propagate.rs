@@ -335,15 +335,17 @@ struct Model<'a> {
 
 const NIL: usize = usize::MAX;
 
+/// Symbolic shapes are not modelled: decline at the first node that has one.
+fn decline_symbolic(t: &NodeTable<'_>) -> Step<()> {
+    match (0..t.len()).find(|&i| t.has_flag(i, flag::SYMBOLIC)) {
+        Some(i) => decline("symbolic shape", i),
+        None => Ok(()),
+    }
+}
+
 /// Plans one stock scan. Call on a validated input (see [`plan_scan_checked`]).
 pub fn plan_scan(inp: &ScanInput<'_>, cfg: Config) -> Result<ScanPlan, Decline> {
-    let t = inp.table;
-    let n = t.len();
-    for i in 0..n {
-        if t.has_flag(i, flag::SYMBOLIC) {
-            return decline("symbolic shape", i);
-        }
-    }
+    decline_symbolic(&inp.table)?;
     let mut m = Model::new(inp, cfg, None);
     let modified = m.scan()?;
     Ok(ScanPlan {

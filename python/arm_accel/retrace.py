@@ -93,6 +93,12 @@ def _ops_without_quantized_fake_kernel() -> set[Any]:
     return {exir_ops.edge.aten.bmm.default, exir_ops.edge.aten.leaky_relu.default}
 
 
+def arm_keeps_value(node: fx.Node, special: set[Any]) -> bool:
+    """``ArmPass.call_operator`` keeps the node's old value shape on a re-trace: a quantized op
+    (``special``: ``_ops_without_quantized_fake_kernel()``) without a fake kernel."""
+    return node.target in special and len(node.meta.get("input_qparams", {})) > 0
+
+
 def _same_tensor_meta(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return (
@@ -187,11 +193,7 @@ class VirtualRetracer:
             target, (EdgeOpOverload, torch._ops.OpOverload, torch._ops.OpOverloadPacket)
         ):
             raise VirtualRetraceUnsupported(f"edited node with target {target}")
-        if (
-            self._arm_pass
-            and target in self._special
-            and len(node.meta.get("input_qparams", {})) > 0
-        ):
+        if self._arm_pass and arm_keeps_value(node, self._special):
             # ArmPass.call_operator: no quantized fake kernel; keeps the old val's shape.
             old_val = node.meta["val"]
             output_qparams = node.meta.get("output_qparams", {})

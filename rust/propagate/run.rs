@@ -94,13 +94,7 @@ pub struct RunPlan {
 /// The input's shapes must be what a re-trace gives (stock's scans after the first read
 /// re-traced values): with stale input values, plan one scan.
 pub fn plan_run(inp: &RunInput<'_>, cfg: Config, max_scans: usize) -> Result<RunPlan, Decline> {
-    let t = inp.scan.table;
-    if let Some(i) = (0..t.len()).find(|&i| t.has_flag(i, crate::table::flag::SYMBOLIC)) {
-        return Err(Decline {
-            reason: "symbolic shape",
-            node: Some(i),
-        });
-    }
+    super::decline_symbolic(&inp.scan.table)?;
     let mut m = Model::new(&inp.scan, cfg, Some(inp.retrace));
     let mut scans: Vec<ScanStep> = Vec::new();
     loop {

@@ -417,7 +417,7 @@ RETRACE_KEEPS_VALUE = 2
 def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     """Per node: fx's ``is_impure()`` (what the DCE keeps) and whether ``ArmPass`` keeps the
     node's old value on a re-trace (a quantized op without a fake kernel)."""
-    from arm_accel.retrace import _ops_without_quantized_fake_kernel
+    from arm_accel.retrace import _ops_without_quantized_fake_kernel, arm_keeps_value
 
     nodes = table.nodes
     bits = np.zeros(len(nodes), dtype=np.uint8)
@@ -431,7 +431,7 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
             flag = impure.get(target)
             if flag is None:
                 flag = impure[target] = node.is_impure()
-            if target in keeps and node.meta.get("input_qparams"):
+            if arm_keeps_value(node, keeps):
                 bits[i] = RETRACE_KEEPS_VALUE
         else:
             flag = node.is_impure()
