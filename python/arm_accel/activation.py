@@ -289,6 +289,7 @@ def activate(force: bool = False) -> bool:
                 _state["skipped"][name] = "pending: its module is still importing"
             else:
                 _swap(name, spec, stock, passes_pkg)
+        _install_retrace_engine()
         logger.info(
             "arm_accel: accelerated %d Arm passes: %s",
             len(_state["swapped"]),
@@ -312,9 +313,25 @@ def stock_class(cls_or_name: type | str) -> type:
     return getattr(cls_or_name, "_arm_accel_stock", cls_or_name)
 
 
+def _install_retrace_engine() -> None:
+    """Route the Arm pipeline's ExportPass re-traces through arm_accel.retrace_engine."""
+    from arm_accel import retrace_engine
+
+    try:
+        retrace_engine.install()
+    except Exception as exc:
+        _state["skipped"]["ExportPass re-trace"] = repr(exc)
+        warn_once("skip:retrace", "arm_accel: the re-trace engine stays stock: %r", exc)
+    else:
+        _state["swapped"]["ExportPass re-trace"] = "arm_accel.retrace_engine:accelerated_call"
+
+
 def deactivate() -> None:
     """Put every stock class back where it was replaced."""
+    from arm_accel import retrace_engine
+
     with _lock:
+        retrace_engine.uninstall()
         while _journal:
             d, attr, stock, new = _journal.pop()
             if d.get(attr) is new:

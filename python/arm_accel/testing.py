@@ -43,3 +43,73 @@ def _val_sig(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return tuple(_val_sig(x) for x in v)
     return type(v).__name__
+
+
+#: Meta keys left out of :func:`assert_graphs_identical`: ``seq_nr`` is autograd's process-wide
+#: sequence counter at node creation, so two lowerings in one process differ in it before any
+#: arm-accel code runs; nothing in executorch reads it.
+UNCOMPARED_META = frozenset({"seq_nr"})
+
+
+def meta_signature(value: Any) -> Any:
+    """A comparable form of one meta value: fake tensors by shape, dtype, strides, storage
+    offset and device; provenance (``NodeSource``) as the Arm debug schema serializes it but for
+    graph ids (``id()`` of graph objects: different on every run, reused once a graph is freed,
+    and one graph object serves several in-place re-traces); ops by name; anything else as is."""
+    from torch.fx.traceback import NodeSource
+
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype, value.stride(),
+                value.storage_offset(), str(value.device))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(meta_signature(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, meta_signature(v)) for k, v in value.items()))
+    if isinstance(value, NodeSource):
+        return ("source", _source_signature(value.to_dict()))
+    if isinstance(value, torch._ops.OperatorBase) or type(value).__name__ == "EdgeOpOverload":
+        return ("op", str(value))
+    return value
+
+
+def _source_signature(d: dict[str, Any]) -> Any:
+    rest = tuple(sorted((k, repr(v)) for k, v in d.items() if k not in ("graph_id", "from_node")))
+    return (rest, tuple(_source_signature(p) for p in d.get("from_node", [])))
+
+
+def assert_graphs_identical(a: fx.GraphModule, b: fx.GraphModule) -> None:
+    """The equality contract of the re-trace engine (design.md): same nodes in the same order
+    with the same names, ops, targets, args and kwargs (containers' types included, nodes by
+    position), the same meta keys with equal values (:func:`meta_signature`) but for
+    :data:`UNCOMPARED_META`, and the same name-space state (what later node names follow from)."""
+    na, nb = list(a.graph.nodes), list(b.graph.nodes)
+    assert len(na) == len(nb), f"node count {len(na)} != {len(nb)}"
+    ia = {n: i for i, n in enumerate(na)}
+    ib = {n: i for i, n in enumerate(nb)}
+    for i, (x, y) in enumerate(zip(na, nb, strict=True)):
+        where = f"node {i} ({x.name} vs {y.name})"
+        assert x.name == y.name, f"{where}: names differ"
+        assert x.op == y.op, f"{where}: op {x.op} != {y.op}"
+        assert x.target == y.target, f"{where}: target {x.target} != {y.target}"
+        assert _typed(x.args, ia) == _typed(y.args, ib), f"{where}: args {x.args} != {y.args}"
+        assert _typed(x.kwargs, ia) == _typed(y.kwargs, ib), f"{where}: kwargs differ"
+        keys_x = set(x.meta) - UNCOMPARED_META
+        keys_y = set(y.meta) - UNCOMPARED_META
+        assert keys_x == keys_y, f"{where}: meta keys differ: {sorted(keys_x ^ keys_y)}"
+        for key in sorted(keys_x):
+            sx = meta_signature(x.meta[key])
+            sy = meta_signature(y.meta[key])
+            assert sx == sy, f"{where}: meta[{key!r}] {str(sx)[:300]} != {str(sy)[:300]}"
+    ns_a, ns_b = a.graph._graph_namespace, b.graph._graph_namespace
+    assert ns_a._used_names == ns_b._used_names, "name spaces hold different names"
+    assert ns_a._base_count == ns_b._base_count, "name spaces count names differently"
+
+
+def _typed(value: Any, index: dict[fx.Node, int]) -> Any:
+    if isinstance(value, fx.Node):
+        return ("node", index[value])
+    if isinstance(value, (list, tuple)):
+        return (isinstance(value, tuple), [_typed(v, index) for v in value])
+    if isinstance(value, dict):
+        return {k: _typed(v, index) for k, v in value.items()}
+    return (type(value).__name__, value)

@@ -1,0 +1,193 @@
+"""The pipeline-wide re-trace engine (issue 13): every ``ExportPass`` re-trace the Arm pass
+manager runs goes through :func:`accelerated_call`.
+
+- A pass whose re-trace we model (no ``call`` override, or one of :data:`IN_PLACE_CALLERS`, whose
+  ``call`` uses only the re-trace's result) is re-traced in place (:mod:`.inplace`): the pass's
+  own methods run as in stock, nodes rebuilt as they were are kept, values are re-dispatched only
+  where they may have changed. The result equals stock's node for node, meta for meta.
+- Any other call, anything :mod:`.inplace` does not model, and any failure run the stock
+  re-trace (after the in-place one has undone its changes), counted in ``arm_accel.stats()``
+  under ``"<Pass>.retrace"`` with the reason.
+- Only inside ``ArmPassManager._transform`` (the Arm pipeline), and only while
+  :func:`arm_accel.switch.is_enabled`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from torch import fx
+
+from arm_accel import stats, switch
+
+logger = logging.getLogger("arm_accel")
+
+#: executorch passes with a ``call`` override whose re-trace (``super().call``) may run in place:
+#: after it they use only its result, and they report it as modified (docs/call-override-audit.md;
+#: ``InsertRescalePass`` and ``ReplaceChannelsLastInputClones`` can report a re-traced graph as
+#: unmodified, which keeps the input module, so they stay stock).
+IN_PLACE_CALLERS: frozenset[str] = frozenset(
+    {
+        "AtenToDialectPass",
+        "BroadcastArgsPass",
+        "CanonicalizeViewCopyPermutePass",
+        "CastInt64BuffersToInt32Pass",
+        "ComputeConstantOpsAOTPass",
+        "ConvertConv1dToConv2dPass",
+        "ConvertELUParamsPass",
+        "ConvertInt64ConstOpsToInt32Pass",
+        "ConvertInt64OutputOpsToInt32Pass",
+        "ConvertMinMaxPass",
+        "ConvertSplitToSlicePass",
+        "DecomposeAnyPass",
+        "DecomposeBatchNormNoStatsPass",
+        "DecomposeCumsumPass",
+        "DecomposeEmbeddingPass",
+        "DecomposeGroupNormPass",
+        "DecomposeGruPass",
+        "DecomposeLayerNormPass",
+        "DecomposeLinearPass",
+        "DecomposeLstmPass",
+        "DecomposeQuantNodesPass",
+        "DecomposeRnnPass",
+        "DecomposeSelectPass",
+        "DecomposeUnsupportedBilinearResizePass",
+        "EnforceContiguousDimOrder",
+        "EnsureUniqueOutputNodesPass",
+        "FoldAndAnnotateQParamsPass",
+        "FuseBatchNorm2dPass",
+        "FuseBatchNormWithConvPass",
+        "FuseClampPass",
+        "FuseConstantArgsPass",
+        "FuseDuplicateUsersPass",
+        "FuseEqualPlaceholdersPass",
+        "FuseIdenticalInputTransformsPass",
+        "FuseQuantizedActivationPass",
+        "FuseViewCopyTransform",
+        "HierarchicalInplacePassInterface",
+        "InsertConstShapesPass",
+        "InsertControlFlowRescalesPass",
+        "InsertInt32CastsAfterInt64PlaceholdersPass",
+        "InsertRescaleInt32Pass",
+        "InsertTableOpsPass",
+        "MatchArgDtypePass",
+        "MatchArgRanksPass",
+        "MoveDataMovementOpsToSmallerDtypePass",
+        "NormalizeDelegateIOLayoutPass",
+        "PostponePermuteOpBelowSqueezeOrUnsqueezeLikeView",
+        "PropagateViewCopyPermutePass",
+        "QuantizeClampArgumentsPass",
+        "RemoveGetItemPass",
+        "RemoveNoopPass",
+        "RemovePermutesAroundElementwiseOps",
+        "RemovePermutesAroundElementwiseTosaOps",
+        "ReplaceOpsWithChannelsLastVariants",
+        "RewriteBoolToFp32CastViaInt8Pass",
+        "RewriteConvPass",
+        "RewriteMXFPConv2dPass",
+        "RewriteMXFPLinearPass",
+        "RewriteMatmulPass",
+        "RewriteUpsamplePass",
+        "ScalarsToAttributePass",
+        "SizeAdjustInputPass",
+        "UnsqueezeBeforeRepeatPass",
+        "UnsqueezeScalarPlaceholdersPass",
+        "ViewCopyToSqueezeUnsqueezePass",
+    }
+)
+
+_local = threading.local()
+_installed: dict[str, Any] = {}
+
+
+def _in_arm_pipeline() -> bool:
+    return getattr(_local, "depth", 0) > 0
+
+
+def _eligible(pass_: Any) -> str | None:
+    """None when the pass's re-trace can be done in place, else why not."""
+    from executorch.exir.pass_base import _ExportPassBase
+
+    cls = type(pass_)
+    for klass in cls.__mro__:
+        if klass is _ExportPassBase:
+            return None
+        if "call" in vars(klass) and not (
+            klass.__module__.startswith("executorch.") and klass.__name__ in IN_PLACE_CALLERS
+        ):
+            return "call override"
+    return "not an ExportPass"
+
+
+def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
+    """``_ExportPassBase.call``, in place where modelled (see the module docstring)."""
+    stock_call = _installed["call"]
+    if not _in_arm_pipeline() or not switch.is_enabled():
+        return stock_call(self, graph_module)
+    from arm_accel.retrace_engine import inplace
+
+    name = f"{type(self).__name__}.retrace"
+    start = time.perf_counter()
+    reason = _eligible(self)
+    if reason is None:
+        try:
+            result, _engine = inplace.retrace(self, graph_module)
+        except inplace.Unsupported as exc:
+            reason = str(exc)
+        except Exception as exc:  # the graph is as it came: run stock, which may raise it too
+            reason = f"{type(exc).__name__} in the in-place re-trace"
+            logger.debug("arm_accel: in-place re-trace of %s failed", name, exc_info=True)
+        else:
+            stats.record_call(name, time.perf_counter() - start, True)
+            return result
+        stats.record_fallback(name, reason)
+    result = stock_call(self, graph_module)
+    # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
+    # keep those the graph still holds.
+    inplace.record_freshness(result.graph_module.graph)
+    stats.record_call(name, time.perf_counter() - start, False)
+    return result
+
+
+@contextmanager
+def arm_pipeline() -> Iterator[None]:
+    """Re-traces in this block (this thread) are the Arm pipeline's: served by the engine."""
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
+    with arm_pipeline():
+        return _installed["_transform"](self, *args, **kwargs)
+
+
+def install() -> None:
+    """Route ``_ExportPassBase.call`` through :func:`accelerated_call` (idempotent)."""
+    from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
+    from executorch.exir.pass_base import _ExportPassBase
+
+    if _installed:
+        return
+    _installed["call"] = _ExportPassBase.call
+    _installed["_transform"] = ArmPassManager._transform
+    _ExportPassBase.call = accelerated_call  # type: ignore[method-assign]
+    ArmPassManager._transform = _transform  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Put the stock ``call`` and ``_transform`` back."""
+    from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
+    from executorch.exir.pass_base import _ExportPassBase
+
+    if not _installed:
+        return
+    _ExportPassBase.call = _installed.pop("call")  # type: ignore[method-assign]
+    ArmPassManager._transform = _installed.pop("_transform")  # type: ignore[method-assign]

@@ -1,0 +1,633 @@
+"""The in-place re-trace: stock's ``ExportPass`` re-trace, result for result, without rebuilding
+the nodes it would rebuild as they were.
+
+Stock ``_ExportPassBase.call_submodule`` interprets every node of the graph, calls the pass's
+``call_operator`` (or ``call_getitem``, ``placeholder``, ``output``...) with the node's inputs as
+``ProxyValue`` s, and each of those ends in ``_fx``: fake-dispatch the target, create a node in a
+*new* graph, copy the old node's meta onto it and set ``val``/``tensor_meta``. Most calls
+rebuild the node they interpret, with the same target and the same inputs.
+
+Here the pass's own methods run exactly as in stock, on the same interpreter, but the tracer
+writes into the *old* graph, and ``_fx`` recognises the call that rebuilds the node being
+interpreted from the values of its own inputs (same op, same target, same args and kwargs up to
+the inputs' new values). Such a call *claims* the old node instead of creating one:
+
+- its args are re-pointed at the inputs' new nodes (only where an input was rebuilt);
+- its meta becomes what stock writes on the new node (the tracer's fields, then the old meta,
+  then ``val``/``tensor_meta``);
+- its value is fake-dispatched only when it may differ from the one it has: the node's target,
+  args, kwargs and value are those our last re-trace of this graph left (``Freshness``) and every
+  input's value equals the one it had then; otherwise it is dispatched as stock dispatches it.
+
+Every other call creates a node as stock does, inserted where stock's creation order puts it.
+Afterwards the nodes no call claimed are erased, every node gets the name stock's fresh
+namespace would give it in creation order (torch's own ``_Namespace``), and the graph is wrapped
+in a new ``GraphModule`` as stock wraps its new graph. Any exception before that commit undoes
+every change (``_Journal``) and the caller runs the stock re-trace.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from executorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, _ExportPassBase
+from torch import fx
+from torch.fx import traceback as fx_traceback
+from torch.fx.graph import _Namespace
+from torch.fx.node import map_arg
+from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
+from torch.utils import _pytree as pytree
+
+
+class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
+    """The graph or the pass holds something the in-place re-trace does not model."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What our last re-trace of a graph left, to know which values are still what dispatch gives.
+
+
+@dataclass(frozen=True)
+class _Left:
+    target: Any
+    args: Any
+    kwargs: Any
+    val: Any
+
+
+_freshness: weakref.WeakKeyDictionary[fx.Graph, dict[fx.Node, _Left]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def record_freshness(graph: fx.Graph) -> None:
+    """Remember each node's target/args/kwargs/val objects: fx replaces the args containers on
+    every edit and passes replace ``meta["val"]``, so identity says "untouched since"."""
+    _freshness[graph] = {
+        n: _Left(n.target, n.args, n.kwargs, n.meta.get("val")) for n in graph.nodes
+    }
+
+
+def _left_as_is(left: dict[fx.Node, _Left], node: fx.Node) -> _Left | None:
+    entry = left.get(node)
+    if (
+        entry is not None
+        and entry.target is node.target
+        and entry.args is node.args
+        and entry.kwargs is node.kwargs
+        and entry.val is node.meta.get("val")
+    ):
+        return entry
+    return None
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether two ``meta["val"]`` s are equal as the equality contract compares them (and as
+    fake dispatch depends on them): shape, dtype, strides, storage offset, device."""
+    if a is b:
+        return True
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and a.stride() == b.stride()
+            and a.storage_offset() == b.storage_offset()
+            and a.device == b.device
+            and a.requires_grad == b.requires_grad
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return (
+            type(a) is type(b)
+            and len(a) == len(b)
+            and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+        )
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) or isinstance(
+        b, (torch.SymInt, torch.SymFloat, torch.SymBool)
+    ):
+        return False
+    return type(a) is type(b) and a == b
+
+
+def _same_args(a: Any, b: Any) -> bool:
+    """``a`` (what a pass passed to ``_fx``) is ``b`` (what the interpreter fetched for the node)
+    up to containers: ProxyValues by identity, other leaves by type and value."""
+    if a is b:
+        return True
+    if isinstance(a, (list, tuple)):
+        if not isinstance(b, (list, tuple)) or isinstance(a, tuple) != isinstance(b, tuple):
+            return False
+        return len(a) == len(b) and all(_same_args(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return (
+            isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(_same_args(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, ProxyValue) or isinstance(b, ProxyValue):
+        return False
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Preconditions
+
+
+def _stock_methods() -> dict[str, frozenset[Any]]:
+    from executorch.backends.arm._passes.arm_pass import ArmPass
+
+    return {
+        "call_submodule": frozenset(
+            {
+                _ExportPassBase.call_submodule,
+                ExportPass.call_submodule,
+                ArmPass.call_submodule,
+            }
+        ),
+        "placeholder": frozenset({_ExportPassBase.placeholder}),
+        "_fx": frozenset({_ExportPassBase._fx}),
+        "inputs": frozenset({_ExportPassBase.inputs}),
+        "on_attr": frozenset({_ExportPassBase.on_attr}),
+        "ExportInterpreter": frozenset({ExportPass.ExportInterpreter}),
+        "ExportTracer": frozenset({ExportPass.ExportTracer}),
+    }
+
+
+def check_pass(pass_: Any) -> None:
+    """Raise ``Unsupported`` unless the pass re-traces through stock's machinery only."""
+    cls = type(pass_)
+    for name, stock in _stock_methods().items():
+        if getattr(cls, name, None) not in stock:
+            raise Unsupported(f"overrides {name}")
+    if "_fx" in vars(pass_) or "call_operator" in vars(pass_):
+        raise Unsupported("instance attribute shadows a re-trace method")
+
+
+def check_graph(graph_module: fx.GraphModule) -> None:
+    """Raise ``Unsupported`` for what the in-place re-trace does not model."""
+    if graph_module.meta.get("args") is not None:
+        raise Unsupported("graph module carries its own inputs")
+    for node in graph_module.graph.nodes:
+        op = node.op
+        if op in ("get_attr", "call_module", "call_method"):
+            raise Unsupported(op)
+        if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+            raise Unsupported("higher-order op")
+        val = node.meta.get("val")
+        for leaf in pytree.tree_leaves(val):
+            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                raise Unsupported("symbolic value")
+            if isinstance(leaf, torch.Tensor):
+                # A lifted constant's placeholder feeds its real tensor in (``inputs``, as
+                # stock); a computed constant would be propagated by fake dispatch.
+                if op != "placeholder" and getattr(leaf, "constant", None) is not None:
+                    raise Unsupported("fake tensor with a constant")
+                if any(not isinstance(d, int) for d in leaf.shape):
+                    raise Unsupported("symbolic shape")
+        for leaf in pytree.tree_leaves((node.args, node.kwargs)):
+            if isinstance(leaf, torch.Tensor):
+                raise Unsupported("tensor argument")
+
+
+# ---------------------------------------------------------------------------------------------
+# The interpreter's current meta, with its provenance record built only when read
+
+
+class _LazyCurrentMeta(dict):  # type: ignore[type-arg]
+    """What ``fx_traceback.set_current_meta`` makes current: a copy of the node's meta whose
+    ``from_node`` is ``[NodeSource(node, pass_name, CREATE)]``. ``NodeSource`` deep-copies the
+    node's provenance chain, the costliest step of a re-trace, and a new node keeps it only when
+    the meta it is given has no ``from_node`` of its own; so it is built on first read."""
+
+    __slots__ = ("_node", "_pass_name", "_built")
+
+    def __init__(self, node: fx.Node, pass_name: str) -> None:
+        super().__init__(node.meta)
+        dict.__setitem__(self, "from_node", None)
+        self._node = node
+        self._pass_name = pass_name
+        self._built = False
+
+    def _build(self) -> None:
+        if not self._built:
+            self._built = True
+            source = fx_traceback.NodeSource(
+                self._node, self._pass_name, fx_traceback.NodeSourceAction.CREATE
+            )
+            dict.__setitem__(self, "from_node", [source])
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "from_node":
+            self._build()
+        return dict.__getitem__(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "from_node":
+            self._build()
+        return dict.get(self, key, default)
+
+    def copy(self) -> dict[str, Any]:
+        self._build()
+        return dict(self)
+
+    def items(self) -> Any:
+        self._build()
+        return dict.items(self)
+
+    def values(self) -> Any:
+        self._build()
+        return dict.values(self)
+
+    def __iter__(self) -> Any:
+        self._build()
+        return dict.__iter__(self)
+
+
+@contextmanager
+def _current_meta(node: fx.Node, pass_name: str) -> Iterator[None]:
+    """``fx_traceback.set_current_meta`` with the provenance record built lazily."""
+    if fx_traceback.should_preserve_node_meta and node.meta:
+        saved = fx_traceback.current_meta
+        fx_traceback.current_meta = _LazyCurrentMeta(node, pass_name)
+        try:
+            yield
+        finally:
+            fx_traceback.current_meta = saved
+    else:
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+# The journal: every change to the old graph before the commit, undone on failure.
+
+
+class _Journal:
+    def __init__(self, graph: fx.Graph) -> None:
+        self.graph = graph
+        ns = graph._graph_namespace
+        self._names = (dict(ns._obj_to_name), set(ns._used_names), dict(ns._base_count))
+        self._insert = graph._insert
+        self.created: list[fx.Node] = []
+        self.args: list[tuple[fx.Node, Any, Any]] = []
+        self.metas: dict[fx.Node, dict[str, Any]] = {}
+
+    def set_args(self, node: fx.Node, args: Any, kwargs: Any) -> None:
+        self.args.append((node, node.args, node.kwargs))
+        node.args, node.kwargs = args, kwargs
+
+    def set_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
+        self.metas.setdefault(node, node.meta)
+        node.meta = meta
+
+    def rollback(self) -> None:
+        self.graph._insert = self._insert
+        for node, args, kwargs in reversed(self.args):
+            node.args, node.kwargs = args, kwargs
+        for node in reversed(self.created):
+            if not node._erased:
+                self.graph.erase_node(node)
+        for node, meta in self.metas.items():
+            node.meta = meta
+        ns = self.graph._graph_namespace
+        ns._obj_to_name, ns._used_names, ns._base_count = (
+            self._names[0],
+            self._names[1],
+            self._names[2],
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The re-trace
+
+
+def _creation_candidate(graph: fx.Graph, kind: str, target: Any, name: str | None) -> str:
+    """The name candidate ``Graph.create_node`` starts from (what stock's new graph sees)."""
+    return name if name is not None else graph._target_to_str(target)
+
+
+def _fx_name(graph: fx.Graph, target: Any) -> str | None:
+    """The ``name`` ``_ExportPassBase._fx`` passes to ``create_proxy``."""
+    if isinstance(target, torch._ops.OpOverload):
+        return graph._target_to_str(target.overloadpacket.__name__)
+    return None
+
+
+class InplaceRetrace:
+    """One in-place re-trace of ``graph_module`` by ``pass_`` (see the module docstring)."""
+
+    def __init__(self, pass_: Any, graph_module: fx.GraphModule) -> None:
+        self.pass_ = pass_
+        self.gm = graph_module
+        self.graph = graph_module.graph
+        self.order: list[fx.Node] = list(self.graph.nodes)
+        self.left = _freshness.get(self.graph, {})
+        self.old_val: dict[fx.Node, Any] = {n: n.meta.get("val") for n in self.order}
+        self.claimed: dict[fx.Node, ProxyValue] = {}
+        self.candidates: dict[fx.Node, str] = {}
+        self.current: fx.Node | None = None
+        self.fetched: tuple[Any, Any] | None = None
+        self.anchor: fx.Node | None = None
+        self.dispatched = 0
+        self.journal = _Journal(self.graph)
+
+    # -- hooks the tracer and the pass call ------------------------------------------------
+    def insert(self, node: fx.Node) -> None:
+        """``Graph._insert``: new nodes go where stock's creation order puts them."""
+        assert self.anchor is not None
+        self.anchor.prepend(node)
+        self.journal.created.append(node)
+
+    def created(self, node: fx.Node, candidate: str) -> None:
+        self.candidates[node] = candidate
+
+    def fx(
+        self,
+        kind: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        meta: NodeMetadata,
+    ) -> ProxyValue:
+        """``_ExportPassBase._fx`` for this re-trace: claim the node being interpreted when the
+        call rebuilds it as it was, else stock's ``_fx``."""
+        node = self.current
+        if (
+            node is not None
+            and node not in self.claimed
+            and kind == node.op
+            and target is node.target
+            and self.fetched is not None
+            and _same_args(args, self.fetched[0])
+            and _same_args(kwargs, self.fetched[1])
+        ):
+            return self._claim(node, kind, target, args, kwargs, meta)
+        return _ExportPassBase._fx(self.pass_, kind, target, args, kwargs, meta)
+
+    def placeholder(self, name: str, arg: Any, meta: NodeMetadata) -> ProxyValue:
+        """``_ExportPassBase.placeholder``: the new placeholder's meta is the old one's copy."""
+        node = self.current
+        assert node is not None and node.op == "placeholder" and node.target == name
+        data = meta.data
+        data["val"] = arg
+        self.journal.set_meta(node, data)
+        self.candidates[node] = _creation_candidate(self.graph, "placeholder", name, None)
+        proxy = ProxyValue(arg, self.pass_.tracer.proxy(node))
+        self.claimed[node] = proxy
+        self._after_claim(node)
+        return proxy
+
+    # -- claiming --------------------------------------------------------------------------
+    def _claim(
+        self,
+        node: fx.Node,
+        kind: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        meta: NodeMetadata,
+    ) -> ProxyValue:
+        pass_ = self.pass_
+        if kind == "call_function" and self._value_still_holds(node):
+            res_data = self.old_val[node]
+        else:
+            args_data, kwargs_data = pytree.tree_map_only(
+                ProxyValue, lambda x: x.data, (args, kwargs)
+            )
+            res_data = getattr(pass_.interpreter, kind)(target, args_data, kwargs_data)
+            self.dispatched += kind == "call_function"
+        env = self.env
+        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
+            # Some input was rebuilt: point the args at what the re-trace made of the inputs.
+            self.journal.set_args(
+                node,
+                map_arg(node.args, lambda i: _node_of(env[i])),
+                map_arg(node.kwargs, lambda i: _node_of(env[i])),
+            )
+        self.journal.set_meta(node, _stock_node_meta(pass_.tracer, node, meta.data))
+        pass_.tracer.set_metadata(node, res_data)
+        self.candidates[node] = _creation_candidate(
+            self.graph, kind, target, _fx_name(self.graph, target)
+        )
+        proxy = ProxyValue(res_data, pass_.tracer.proxy(node))
+        self.claimed[node] = proxy
+        self._after_claim(node)
+        return proxy
+
+    def _after_claim(self, node: fx.Node) -> None:
+        # What the same step creates after the claim goes after the claimed node.
+        nxt = node.next
+        self.anchor = nxt if nxt.op != "root" else None
+
+    def _value_still_holds(self, node: fx.Node) -> bool:
+        """The node's value is the one our last re-trace computed, from inputs whose values
+        are equal to those it was computed from."""
+        if self._left_as_is_cached(node) is None:
+            return False
+        for inp in node.all_input_nodes:
+            entry = self.left.get(inp)
+            proxy = self.env.get(inp)
+            if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
+                return False
+            if not same_value(proxy.data, entry.val):
+                return False
+        return True
+
+    def _left_as_is_cached(self, node: fx.Node) -> _Left | None:
+        return self._as_is.get(node)
+
+    # -- driving ---------------------------------------------------------------------------
+    def run(self, inputs: tuple[Any, ...]) -> fx.GraphModule:
+        """Interpret the graph with the pass's own interpreter; returns the new module."""
+        pass_ = self.pass_
+        self._as_is = {n: e for n in self.order if (e := _left_as_is(self.left, n)) is not None}
+        interpreter_cls = type(pass_).ExportInterpreter
+        engine = self
+
+        class Interpreter(interpreter_cls):  # type: ignore[misc, valid-type]
+            def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[Any, Any]:
+                fetched = super().fetch_args_kwargs_from_env(n)
+                engine.fetched = fetched
+                return fetched
+
+            def _set_current_node(self, node: fx.Node) -> Any:
+                return _current_meta(node, pass_name)
+
+        # NodeSource records "Interpreter_<class name>" of stock's interpreter.
+        pass_name = f"Interpreter_{interpreter_cls.__name__}"
+
+        prev_tracer = pass_.tracer
+        tracer = type(pass_).ExportTracer(pass_, self.graph._codegen)
+        tracer.graph = self.graph
+        tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
+        interpreter = Interpreter(pass_, self.gm)
+        prev_interpreter = pass_.interpreter
+        pass_.tracer = tracer
+        pass_.interpreter = fx.Interpreter(fx.GraphModule(torch.nn.Module(), fx.Graph()))
+        self.env = interpreter.env = {}
+        pass_._fx = self.fx
+        pass_.placeholder = self.placeholder
+        graph_create_node = self.graph.create_node
+        self.graph._insert = self.insert
+
+        def create_node(
+            op: str,
+            target: Any,
+            args: Any = None,
+            kwargs: Any = None,
+            name: str | None = None,
+            type_expr: Any = None,
+        ) -> fx.Node:
+            node = graph_create_node(op, target, args, kwargs, None, type_expr)
+            engine.created(node, _creation_candidate(engine.graph, op, target, name))
+            return node
+
+        self.graph.create_node = create_node  # type: ignore[method-assign]
+        try:
+            with fx_traceback.preserve_node_meta():
+                self._interpret(interpreter, inputs)
+            self._check_erasable()
+        except BaseException:
+            del self.graph.create_node
+            self.journal.rollback()
+            raise
+        finally:
+            pass_.tracer = prev_tracer
+            pass_.interpreter = prev_interpreter
+            for attr in ("_fx", "placeholder"):
+                pass_.__dict__.pop(attr, None)
+        del self.graph.create_node
+        self.graph._insert = self.journal._insert
+        return self._commit(tracer)
+
+    def _interpret(self, interpreter: fx.Interpreter, inputs: tuple[Any, ...]) -> None:
+        """``fx.Interpreter.run`` over the old nodes only (new ones are inserted among them)."""
+        args = self.graph.process_inputs(*inputs)
+        interpreter.args_iter = iter(args)
+        env = interpreter.env
+        for node in self.order:
+            self.current = node
+            self.anchor = node
+            self.fetched = None
+            env[node] = interpreter.run_node(node)
+            if node.op == "output":
+                break
+        self.current = None
+
+    def _check_erasable(self) -> None:
+        unclaimed = [n for n in self.order if n not in self.claimed]
+        dead = set(unclaimed)
+        for node in unclaimed:
+            if any(user not in dead for user in node.users):
+                raise Unsupported(f"{node.name} is used by a node the re-trace kept")
+        self.unclaimed = unclaimed
+
+    def _commit(self, tracer: Any) -> fx.GraphModule:
+        graph = self.graph
+        for node in reversed(self.unclaimed):
+            graph.erase_node(node)
+        names = _Namespace()
+        for node in graph.nodes:
+            name = names.create_name(self.candidates[node], None)
+            if node.name != name:
+                node.name = name
+        graph._graph_namespace = names
+        # Placeholders keep their original values (ExportPass.call_submodule).
+        for node in self.order:
+            if node.op == "placeholder":
+                node.meta["val"] = self.old_val[node]
+        new_gm = fx.GraphModule(tracer.root, graph)
+        new_gm.meta = self.gm.meta.copy()
+        record_freshness(graph)
+        return new_gm
+
+
+def _node_of(value: Any) -> fx.Node:
+    """The node an interpreted value stands for (what ``create_arg`` makes of it)."""
+    if isinstance(value, ProxyValue):
+        return value.node
+    raise Unsupported(f"an input interpreted to {type(value).__name__}")
+
+
+def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[str, Any]:
+    """The meta ``TracerBase.create_node`` + ``_fx`` give the node stock creates for ``node``:
+    the fields copied from the current meta, then the old meta over them (``val`` and
+    ``tensor_meta`` follow from ``set_metadata``)."""
+    meta: dict[str, Any] = {}
+    if fx_traceback.has_preserved_node_meta():
+        current = fx_traceback.get_current_meta()
+        stack_trace = current.get("stack_trace")
+        if stack_trace:
+            meta["stack_trace"] = stack_trace
+            if fx_traceback.GRADIENT_ACC_SPECIAL_STACK in stack_trace:
+                meta["is_gradient_acc"] = True
+                meta["autograd_backward"] = True
+        for field in _COPY_META_FIELDS:
+            if field in current:
+                meta[field] = copy.copy(current[field])
+        seq_nr = _get_seq_nr(node.name)
+        if seq_nr is not None:
+            meta["seq_nr"] = seq_nr
+        if fx_traceback.get_current_replay_node() is not None:
+            raise Unsupported("functionalization replay node")
+        if current.get("autograd_backward", False):
+            meta["autograd_backward"] = True
+    elif tracer.module_stack:
+        meta["nn_module_stack"] = copy.copy(tracer.module_stack)
+    if tracer.record_stack_traces:
+        raise Unsupported("tracer records stack traces")
+    meta.update(old)
+    return meta
+
+
+def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:
+    """``_ExportPassBase.call`` done in place. Raises ``Unsupported`` for what it does not model,
+    and any exception with the graph as it came (the caller then runs the stock re-trace)."""
+    from executorch.exir.pass_base import PassResult
+    from torch._dispatch.python import enable_python_dispatcher
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if not getattr(pass_, "_initialized", False):
+        raise Unsupported("pass not initialised")
+    check_pass(pass_)
+    check_graph(graph_module)
+    inputs = pass_.inputs(graph_module)
+    fake_tensor_mode = None
+    for i in inputs:
+        if isinstance(i, FakeTensor):
+            if fake_tensor_mode is not None and fake_tensor_mode is not i.fake_mode:
+                raise Unsupported("multiple fake tensor modes")
+            fake_tensor_mode = i.fake_mode
+    if fake_tensor_mode is None:
+        raise Unsupported("no fake inputs")
+    fake_tensor_mode.allow_non_fake_inputs = True
+    pass_.tracer.fake_tensor_mode = fake_tensor_mode
+    pass_.fake_tensor_mode = fake_tensor_mode
+    # The pass's own attributes as they came: a failed attempt puts them back, so the stock
+    # re-trace that follows starts from the same state (counters, flags; not the contents of
+    # containers the pass mutates in place).
+    state = dict(vars(pass_))
+    depth = hasattr(pass_, "submodule_depth")
+    if depth:
+        pass_.submodule_depth += 1
+    try:
+        with fake_tensor_mode, enable_python_dispatcher():
+            engine = InplaceRetrace(pass_, graph_module)
+            new_gm = engine.run(tuple(inputs))
+    except BaseException:
+        vars(pass_).clear()
+        vars(pass_).update(state)
+        raise
+    if depth:
+        pass_.submodule_depth -= 1
+    return PassResult(new_gm, True), engine
+
+
+__all__ = ["InplaceRetrace", "Unsupported", "retrace", "same_value"]

@@ -1,0 +1,196 @@
+"""Issue 13: the in-place re-trace equals stock's ``ExportPass`` re-trace, node for node.
+
+Each test runs a pass's re-trace twice on copies of one graph: stock (``_ExportPassBase.call``
+as executorch defines it) and through the engine (:func:`arm_accel.retrace_engine.accelerated_call`
+inside :func:`arm_accel.retrace_engine.arm_pipeline`), then compares the two results with
+:func:`arm_accel.testing.assert_graphs_identical` (names, order, targets, args, kwargs, every
+meta key, the name space), and checks in ``arm_accel.stats()`` that the engine took the
+in-place path (a fallback would compare stock with stock).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import pytest
+import torch
+from arm_accel import retrace_engine, stats, switch
+from arm_accel.retrace_engine import inplace
+from arm_accel.testing import assert_graphs_identical
+from executorch.exir import to_edge
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.exir.pass_base import ExportPass
+from torch import fx
+
+ADD = exir_ops.edge.aten.add.Tensor
+SUB = exir_ops.edge.aten.sub.Tensor
+MUL = exir_ops.edge.aten.mul.Tensor
+NEG = exir_ops.edge.aten.neg.default
+RELU = exir_ops.edge.aten.relu.default
+VIEW = exir_ops.edge.aten.view_copy.default
+
+
+class Small(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.linear(x)) + y
+        b = (a * y + a).reshape(2, 16)
+        return torch.relu(b).permute(1, 0) + 1.0
+
+
+@pytest.fixture(scope="module")
+def edge_graph() -> fx.GraphModule:
+    torch.manual_seed(0)
+    inputs = (torch.randn(4, 8), torch.randn(4, 8))
+    program = torch.export.export(Small().eval(), inputs)
+    return to_edge(program).exported_program().graph_module
+
+
+def stock_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
+    with switch.disabled():
+        return pass_.call(graph_module)
+
+
+def engine_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
+    with retrace_engine.arm_pipeline():
+        return pass_.call(graph_module)
+
+
+def in_place_runs(pass_cls: type) -> tuple[int, dict[str, int]]:
+    entry = stats.snapshot().get(f"{pass_cls.__name__}.retrace", {})
+    return int(entry.get("accelerated", 0)), dict(entry.get("fallbacks", {}))
+
+
+def compare(
+    make_pass: Callable[[], ExportPass], graph_module: fx.GraphModule
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Stock and engine re-traces of copies of ``graph_module``; asserts they are identical and
+    that the engine ran in place. Returns (stock result, engine result)."""
+    stats.reset()
+    expected = stock_retrace(make_pass(), copy.deepcopy(graph_module)).graph_module
+    actual = engine_retrace(make_pass(), copy.deepcopy(graph_module)).graph_module
+    assert_graphs_identical(expected, actual)
+    done, fallbacks = in_place_runs(type(make_pass()))
+    assert done == 1 and not fallbacks, (done, fallbacks)
+    return expected, actual
+
+
+class Identity(ExportPass):
+    pass
+
+
+class AddToSub(ExportPass):
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == ADD:
+            op = SUB
+        return super().call_operator(op, args, kwargs, meta)
+
+
+class DropRelu(ExportPass):
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == RELU:
+            return args[0]
+        return super().call_operator(op, args, kwargs, meta)
+
+
+class NegBeforeMul(ExportPass):
+    """New nodes before the node interpreted; an extra ``add`` renames every later ``add``."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == MUL:
+            neg = super().call_operator(NEG, (args[0],), {}, meta)
+            twice = super().call_operator(ADD, (neg, neg), {}, meta)
+            return super().call_operator(op, (twice, *args[1:]), kwargs, meta)
+        return super().call_operator(op, args, kwargs, meta)
+
+
+class NegAfterRelu(ExportPass):
+    """The node interpreted is rebuilt as it was, then more nodes follow it."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        out = super().call_operator(op, args, kwargs, meta)
+        if op == RELU:
+            return super().call_operator(NEG, (out,), {}, meta)
+        return out
+
+
+@pytest.mark.parametrize("pass_cls", [Identity, AddToSub, DropRelu, NegBeforeMul, NegAfterRelu])
+def test_in_place_equals_stock(pass_cls: type, edge_graph: fx.GraphModule) -> None:
+    """Stock vs in-place re-trace of each toy pass: identical graphs, in place."""
+    compare(pass_cls, edge_graph)
+
+
+def test_no_op_keeps_every_node_and_reuses_values(edge_graph: fx.GraphModule) -> None:
+    """A re-trace that changes nothing after one that left the graph: no node rebuilt, no value
+    dispatched, and still identical to stock's re-trace."""
+    fresh = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
+    nodes = list(fresh.graph.nodes)
+    _, engine = inplace.retrace(Identity(), fresh)
+    assert engine.dispatched == 0 and not engine.journal.created
+    assert list(engine.graph.nodes) == nodes
+    compare(Identity, fresh)
+
+
+def test_stale_values_are_dispatched_again(edge_graph: fx.GraphModule) -> None:
+    """A graph edited after the last re-trace without its values being refreshed (a view's
+    shape changed, a value replaced by a wrong one): the in-place re-trace recomputes them,
+    and downstream, as stock does."""
+    fresh = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
+    view = next(n for n in fresh.graph.nodes if n.target == VIEW)
+    view.args = (view.args[0], [16, 2])
+    relu = next(n for n in fresh.graph.nodes if n.target == RELU)
+    relu.meta["val"] = relu.meta["val"].new_empty((1, 1))
+    expected, actual = compare(Identity, fresh)
+    out = next(n for n in actual.graph.nodes if n.op == "output").args[0][0]
+    assert tuple(out.meta["val"].shape) == (2, 16)  # downstream of the view, recomputed
+
+
+class Raises(ExportPass):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        self.seen += 1
+        if self.seen == 4:
+            raise RuntimeError("pass failed on its fourth node")
+        return super().call_operator(NEG if op == RELU else op, args, kwargs, meta)
+
+
+def test_failure_rolls_back_and_runs_stock(edge_graph: fx.GraphModule) -> None:
+    """A pass that raises mid re-trace: the engine undoes its changes (graph equal to what came
+    in, names and name space too), counts a fallback, and stock's re-trace raises as stock does."""
+    graph_module = copy.deepcopy(edge_graph)
+    before = copy.deepcopy(graph_module)
+    stats.reset()
+    with pytest.raises(RuntimeError, match="fourth node"):
+        engine_retrace(Raises(), graph_module)
+    assert_graphs_identical(before, graph_module)
+    done, fallbacks = in_place_runs(Raises)
+    assert done == 0 and fallbacks == {"RuntimeError in the in-place re-trace": 1}
+
+
+def test_unsupported_graph_declines_before_any_change(edge_graph: fx.GraphModule) -> None:
+    """A graph with a ``get_attr`` node (not modelled): stock runs, the decline is counted."""
+    graph_module = copy.deepcopy(edge_graph)
+    graph = graph_module.graph
+    graph_module.register_buffer("extra", torch.zeros(1))
+    with graph.inserting_before(next(iter(graph.nodes))):
+        graph.get_attr("extra")
+    stats.reset()
+    engine_retrace(Identity(), graph_module)
+    done, fallbacks = in_place_runs(Identity)
+    assert done == 0 and fallbacks == {"get_attr": 1}
+
+
+def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None:
+    """Re-traces outside ``ArmPassManager._transform`` are not the engine's: nothing recorded."""
+    stats.reset()
+    Identity().call(copy.deepcopy(edge_graph))
+    assert f"{Identity.__name__}.retrace" not in stats.snapshot()
