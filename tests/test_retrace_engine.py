@@ -194,3 +194,52 @@ def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None
     stats.reset()
     Identity().call(copy.deepcopy(edge_graph))
     assert f"{Identity.__name__}.retrace" not in stats.snapshot()
+
+
+@pytest.mark.parametrize("model", ["llama1", "dscnnkws", "convnet"])
+def test_every_pass_identical_to_stock(model: str) -> None:
+    """A zoo model lowered stock and accelerated from one exported program: the graph after
+    every pass of the Arm pipeline is identical, the TOSA bytes equal, and most re-traces ran
+    in place (the rest only for the reasons listed)."""
+    from arm_accel import models
+    from pipeline_diff import assert_lowerings_identical, lower
+
+    net, inputs, mode = models.build(model)
+    exported = models.export_for_arm(net, inputs, mode)
+    stock = lower(exported, mode, accelerated=False)
+    stats.reset()
+    accelerated = lower(exported, mode, accelerated=True)
+    assert_lowerings_identical(stock, accelerated)
+    records = {k: v for k, v in stats.snapshot().items() if k.endswith(".retrace")}
+    in_place = sum(int(v["accelerated"]) for v in records.values())
+    fallbacks = {r for v in records.values() for r in v["fallbacks"]}  # type: ignore[union-attr]
+    assert in_place >= 5, records
+    assert fallbacks <= {"call override"}, fallbacks
+
+
+def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every recompile of an accelerated llama1 lowering: the source (and globals) the memo
+    returns equals what ``Graph.python_code`` generates for that graph right then; the memo was
+    hit."""
+    from arm_accel import models
+    from arm_accel.retrace_engine import codegen
+
+    checked = [0]
+    remembered = codegen.python_code
+
+    def checking(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
+        code = remembered(stock, graph, root_module, **kwargs)
+        fresh = stock(graph, root_module, **kwargs)
+        assert code.src == fresh.src
+        assert code.globals.keys() - {"forward", "__builtins__"} == fresh.globals.keys()
+        assert all(code.globals[k] is fresh.globals[k] for k in fresh.globals)
+        checked[0] += 1
+        return code
+
+    monkeypatch.setattr(codegen, "python_code", checking)
+    codegen.clear()
+    hits = dict(codegen.hits)
+    net, inputs, mode = models.build("llama1")
+    models.lower(models.export_for_arm(net, inputs, mode), mode)
+    assert checked[0] > 100
+    assert codegen.hits["python_code"] - hits["python_code"] > checked[0] // 2

@@ -90,6 +90,16 @@ def record_fallback(name: str, reason: str) -> None:
         )
 
 
+def record_decline(name: str, reason: str) -> None:
+    """Like :func:`record_fallback` for a decline by design (a case not modelled, known before
+    anything ran): counted with its reason, logged at debug level only."""
+    with _lock:
+        _get(name).fallbacks[reason] += 1
+    import logging
+
+    logging.getLogger("arm_accel").debug("arm_accel: %s runs stock: %s", name, reason)
+
+
 def record_scan(name: str, declined: str | None) -> None:
     """One propagation scan of pass ``name``: planned natively (``declined`` None) or declined
     with that reason (stock's walk ran it)."""

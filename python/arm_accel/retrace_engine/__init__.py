@@ -24,6 +24,7 @@ from typing import Any
 from torch import fx
 
 from arm_accel import stats, switch
+from arm_accel.retrace_engine import codegen
 
 logger = logging.getLogger("arm_accel")
 
@@ -134,18 +135,19 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     name = f"{type(self).__name__}.retrace"
     start = time.perf_counter()
     reason = _eligible(self)
-    if reason is None:
+    if reason is not None:
+        stats.record_decline(name, reason)
+    else:
         try:
             result, _engine = inplace.retrace(self, graph_module)
         except inplace.Unsupported as exc:
-            reason = str(exc)
+            stats.record_decline(name, str(exc))
         except Exception as exc:  # the graph is as it came: run stock, which may raise it too
-            reason = f"{type(exc).__name__} in the in-place re-trace"
+            stats.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
             logger.debug("arm_accel: in-place re-trace of %s failed", name, exc_info=True)
         else:
             stats.record_call(name, time.perf_counter() - start, True)
             return result
-        stats.record_fallback(name, reason)
     result = stock_call(self, graph_module)
     # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
     # keep those the graph still holds.
@@ -169,25 +171,46 @@ def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
         return _installed["_transform"](self, *args, **kwargs)
 
 
-def install() -> None:
-    """Route ``_ExportPassBase.call`` through :func:`accelerated_call` (idempotent)."""
+def _python_code(graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
+    stock = _installed["python_code"]
+    if not _in_arm_pipeline() or not switch.is_enabled():
+        return stock(graph, root_module, **kwargs)
+    return codegen.python_code(stock, graph, root_module, **kwargs)
+
+
+def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
+    stock = _installed["_forward_from_src"]
+    if not _in_arm_pipeline() or not switch.is_enabled():
+        return stock(src, globals_, co_fields)
+    return codegen.forward_from_src(stock, src, globals_, co_fields)
+
+
+def _targets() -> list[tuple[Any, str, Any]]:
+    """(owner, attribute, replacement) of everything :func:`install` replaces."""
+    import torch.fx.graph_module
     from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
     from executorch.exir.pass_base import _ExportPassBase
 
+    return [
+        (_ExportPassBase, "call", accelerated_call),
+        (ArmPassManager, "_transform", _transform),
+        (fx.Graph, "python_code", _python_code),
+        (torch.fx.graph_module, "_forward_from_src", _forward_from_src),
+    ]
+
+
+def install() -> None:
+    """Route the re-traces and recompiles of the Arm pipeline through the engine (idempotent)."""
     if _installed:
         return
-    _installed["call"] = _ExportPassBase.call
-    _installed["_transform"] = ArmPassManager._transform
-    _ExportPassBase.call = accelerated_call  # type: ignore[method-assign]
-    ArmPassManager._transform = _transform  # type: ignore[method-assign]
+    for owner, attr, replacement in _targets():
+        _installed[attr] = getattr(owner, attr)
+        setattr(owner, attr, replacement)
 
 
 def uninstall() -> None:
-    """Put the stock ``call`` and ``_transform`` back."""
-    from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
-    from executorch.exir.pass_base import _ExportPassBase
-
+    """Put the stock functions back."""
     if not _installed:
         return
-    _ExportPassBase.call = _installed.pop("call")  # type: ignore[method-assign]
-    ArmPassManager._transform = _installed.pop("_transform")  # type: ignore[method-assign]
+    for owner, attr, _ in _targets():
+        setattr(owner, attr, _installed.pop(attr))

@@ -181,20 +181,31 @@ def check_graph(graph_module: fx.GraphModule) -> None:
             raise Unsupported(op)
         if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             raise Unsupported("higher-order op")
-        val = node.meta.get("val")
-        for leaf in pytree.tree_leaves(val):
-            if isinstance(leaf, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        for leaf in _tensors_and_symbols(node.meta.get("val")):
+            if not isinstance(leaf, torch.Tensor):
                 raise Unsupported("symbolic value")
-            if isinstance(leaf, torch.Tensor):
-                # A lifted constant's placeholder feeds its real tensor in (``inputs``, as
-                # stock); a computed constant would be propagated by fake dispatch.
-                if op != "placeholder" and getattr(leaf, "constant", None) is not None:
-                    raise Unsupported("fake tensor with a constant")
-                if any(not isinstance(d, int) for d in leaf.shape):
-                    raise Unsupported("symbolic shape")
-        for leaf in pytree.tree_leaves((node.args, node.kwargs)):
-            if isinstance(leaf, torch.Tensor):
-                raise Unsupported("tensor argument")
+            # A lifted constant's placeholder feeds its real tensor in (``inputs``, as stock);
+            # a computed constant would be propagated by fake dispatch.
+            if op != "placeholder" and getattr(leaf, "constant", None) is not None:
+                raise Unsupported("fake tensor with a constant")
+            if any(not isinstance(d, int) for d in leaf.shape):
+                raise Unsupported("symbolic shape")
+        if _tensors_and_symbols(node.args) or _tensors_and_symbols(node.kwargs):
+            raise Unsupported("tensor or symbolic argument")
+
+
+_SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _tensors_and_symbols(value: Any) -> list[Any]:
+    """The tensors and symbolic scalars inside a value or an args structure (nodes skipped)."""
+    if isinstance(value, (torch.Tensor, *_SYMBOLS)):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [leaf for v in value for leaf in _tensors_and_symbols(v)]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _tensors_and_symbols(v)]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,6 +471,15 @@ class InplaceRetrace:
             def _set_current_node(self, node: fx.Node) -> Any:
                 return _current_meta(node, pass_name)
 
+            def run_node(self, n: fx.Node) -> Any:
+                # ``_ExportPassBase.ExportInterpreter.run_node`` formats every node for the
+                # pass's ``node_debug_str`` (read by no Arm pass): format the last one only,
+                # which is what stock leaves there.
+                self.node = n
+                if n.op == "output":
+                    self.callback.node_debug_str = n.format_node()
+                return fx.Interpreter.run_node(self, n)
+
         # NodeSource records "Interpreter_<class name>" of stock's interpreter.
         pass_name = f"Interpreter_{interpreter_cls.__name__}"
 
@@ -571,7 +591,9 @@ def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[st
                 meta["autograd_backward"] = True
         for field in _COPY_META_FIELDS:
             if field in current:
-                meta[field] = copy.copy(current[field])
+                # The old meta overwrites what it has below: keep the key's place only (reading
+                # ``from_node`` would build the provenance record for nothing).
+                meta[field] = None if field in old else copy.copy(current[field])
         seq_nr = _get_seq_nr(node.name)
         if seq_nr is not None:
             meta["seq_nr"] = seq_nr
