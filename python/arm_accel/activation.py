@@ -49,6 +49,7 @@ _state: dict[str, Any] = {
     "swapped": {},  # stock name -> "module:Class" of the class now installed
     "skipped": {},  # stock name -> reason
     "versions": {},
+    "retrace_engine": "not installed",
 }
 # (module dict, attribute name, stock class, installed class) for every replacement made
 _journal: list[tuple[dict[str, Any], str, type, type]] = []
@@ -102,6 +103,7 @@ def status() -> dict[str, Any]:
             "swapped": dict(_state["swapped"]),
             "skipped": dict(_state["skipped"]),
             "versions": dict(_state["versions"]),
+            "retrace_engine": _state["retrace_engine"],
         }
 
 
@@ -320,10 +322,10 @@ def _install_retrace_engine() -> None:
     try:
         retrace_engine.install()
     except Exception as exc:
-        _state["skipped"]["ExportPass re-trace"] = repr(exc)
+        _state["retrace_engine"] = f"stock: {exc!r}"
         warn_once("skip:retrace", "arm_accel: the re-trace engine stays stock: %r", exc)
     else:
-        _state["swapped"]["ExportPass re-trace"] = "arm_accel.retrace_engine:accelerated_call"
+        _state["retrace_engine"] = "installed"
 
 
 def deactivate() -> None:
@@ -332,6 +334,7 @@ def deactivate() -> None:
 
     with _lock:
         retrace_engine.uninstall()
+        _state["retrace_engine"] = "not installed"
         while _journal:
             d, attr, stock, new = _journal.pop()
             if d.get(attr) is new:

@@ -72,6 +72,8 @@ class Row:
     retraces: int = 0
     seconds: float = 0.0  # exclusive
     inclusive: float = 0.0
+    # Wall time of the re-traces charged to this row (part of ``seconds``).
+    retrace_seconds: float = 0.0
     # Re-traces inside each outermost call, nested passes' included (the in-loop fusions'
     # re-traces count towards the propagation call that ran them).
     retraces_per_call: list[int] = field(default_factory=list)
@@ -243,7 +245,11 @@ class Profiler:
             row.retraces += 1
             for f in profiler._stack:
                 f.retraces += 1
-            return original(self, *args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                row.retrace_seconds += time.perf_counter() - start
 
         return call
 
