@@ -36,10 +36,28 @@ SITE=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cmp -s arm_accel_hook.pth "$SITE/arm_accel_hook.pth" || cp arm_accel_hook.pth "$SITE/"
 
 TESTS=$("$PY" -c 'import os, executorch.backends.arm as a; print(os.path.join(a.__path__[0], "test"))' 2>/dev/null)
-ARGS=("$TESTS/passes"
-      "$TESTS/misc/test_transpose_counts.py"
-      "$TESTS/misc/test_high_rank_permute_view_invariants.py"
-      "$TESTS/misc/test_reshape_permute_5d_regression.py")
+# UPSTREAM_SET: "passes" (default: the pass suite and the view/permute misc modules), "ops-ci"
+# (the per-operator TOSA FP/INT lowering tests of a few operators, which run the whole Arm
+# pipeline through the re-trace engine; CI) or "ops" (every per-operator TOSA FP/INT test;
+# the long run). The ops sets compare with the stock failures recorded in
+# scripts/upstream_ops_stock_failures.txt unless UPSTREAM_STOCK_FAILURES names another file.
+OPS_CI=(softmax layer_norm sdpa permute)
+case "${UPSTREAM_SET:-passes}" in
+  passes)
+    ARGS=("$TESTS/passes"
+          "$TESTS/misc/test_transpose_counts.py"
+          "$TESTS/misc/test_high_rank_permute_view_invariants.py"
+          "$TESTS/misc/test_reshape_permute_5d_regression.py") ;;
+  ops-ci)
+    ARGS=("${OPS_CI[@]/#/$TESTS/ops/test_}")
+    ARGS=("${ARGS[@]/%/.py}" -k "tosa_FP or tosa_INT") ;;
+  ops)
+    ARGS=("$TESTS/ops" -k "tosa_FP or tosa_INT") ;;
+  *) echo "unknown UPSTREAM_SET=$UPSTREAM_SET" >&2; exit 2 ;;
+esac
+if [ "${UPSTREAM_SET:-passes}" != passes ] && [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
+  KNOWN_STOCK_FAILURES=$(cat scripts/upstream_ops_stock_failures.txt)
+fi
 
 # A reporting-only plugin: at the end of the session it writes arm_accel.status()/stats() so we
 # can see that the hook activated and which accelerated passes ran. It patches nothing.

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from executorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, _ExportPassBase
 from torch import fx
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import traceback as fx_traceback
 from torch.fx.graph import _Namespace
 from torch.fx.node import map_arg
@@ -422,8 +423,14 @@ class InplaceRetrace:
                 map_arg(node.args, lambda i: _node_of(env[i])),
                 map_arg(node.kwargs, lambda i: _node_of(env[i])),
             )
-        self.journal.set_meta(node, _stock_node_meta(pass_.tracer, node, meta.data))
-        pass_.tracer.set_metadata(node, res_data)
+        new_meta = _stock_node_meta(pass_.tracer, node, meta.data)
+        self.journal.set_meta(node, new_meta)
+        if isinstance(res_data, FakeTensor):
+            # What ``ExportTracer.set_metadata`` makes of a fake tensor, without its tree maps.
+            new_meta["val"] = res_data
+            new_meta["tensor_meta"] = None
+        else:
+            pass_.tracer.set_metadata(node, res_data)
         self.candidates[node] = _creation_candidate(
             self.graph, kind, target, _fx_name(self.graph, target)
         )
