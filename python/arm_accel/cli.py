@@ -125,6 +125,7 @@ def activation_status() -> tuple[str, str]:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    quiet_upstream()
     if not args.no_import:
         # The activation hook fires when executorch's Arm passes are imported: import them so
         # the status says what a lowering would get.
@@ -151,8 +152,14 @@ _UPSTREAM_WARNINGS = (
     # torch.utils._pytree, raised from copyreg while deep-copying exported programs.
     (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
 )
-# torchao registers Enum pytree constants at import; torch logs a deprecation per Enum.
-_UPSTREAM_LOGGERS = ("torch.utils._pytree",)
+_UPSTREAM_LOGGERS = (
+    # torchao registers Enum pytree constants at import; torch logs a deprecation per Enum.
+    "torch.utils._pytree",
+    # Expected for the bundled llama models: an int64 token input cast to int32, and
+    # aten._safe_softmax quantized as softmax (no row of theirs is fully masked).
+    "executorch.backends.arm._passes.insert_int32_casts_after_int64_placeholders",
+    "executorch.backends.arm._passes.decompose_softmax_pass",
+)
 
 
 def quiet_upstream() -> None:
