@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import re
 
+import arm_accel
 import pytest
 from arm_accel import cli, models, profiling
 
@@ -20,9 +21,10 @@ def _backend_ids(edge: object) -> list[str]:
 
 
 def test_ethos_u55_stock_vs_accelerated_identical() -> None:
-    """Lower convnet (quantized) for ethos-u55-128 stock (arm_accel.disabled()) and then
-    accelerated from the same exported program; compares the Vela bytes of every delegate and
-    the .pte bytes, and requires that accelerated passes ran (stats delta > 0, no fallback)."""
+    """Lower convnet (quantized) for ethos-u55-128 stock (arm_accel.disabled(), no accelerated
+    call recorded) and then accelerated from the same exported program; compares the Vela bytes
+    of every delegate and the .pte bytes, and requires that accelerated passes ran (stats delta
+    > 0, no fallback)."""
     target = "ethos-u55-128"
     assert profiling.ensure_active(), "acceleration must be on for this test"
     model, inputs, mode = models.build("convnet")
@@ -30,11 +32,13 @@ def test_ethos_u55_stock_vs_accelerated_identical() -> None:
     assert mode == "INT"
     exported = models.export_for_arm(model, inputs, mode, target=target)
 
-    with profiling.stock():
-        edge_s = models.lower(copy.deepcopy(exported), mode, target)
     before = profiling.stats_snapshot()
+    with arm_accel.disabled():
+        edge_s = models.lower(copy.deepcopy(exported), mode, target)
+    middle = profiling.stats_snapshot()
     edge_a = models.lower(copy.deepcopy(exported), mode, target)
-    accelerated, fallbacks = profiling.stats_delta(before, profiling.stats_snapshot())
+    accelerated, fallbacks = profiling.stats_delta(middle, profiling.stats_snapshot())
+    assert profiling.stats_delta(before, middle)[0] == 0, "the stock lowering ran our passes"
 
     assert _backend_ids(edge_s) == _backend_ids(edge_a) == ["EthosUBackend"]
     vela_s, vela_a = models.tosa_bytes(edge_s), models.tosa_bytes(edge_a)
