@@ -1,12 +1,35 @@
 #!/usr/bin/env bash
 # Set up arm-accel on this machine: the pinned stack once per machine, a project venv, and the
 # native extension built in place. Safe to run again; it only does what is missing.
+# stdout is the venv path and nothing else (callers do VENV=$(bash scripts/setup.sh)); stderr
+# gets one line per step that runs; pip/cargo/maturin output goes to the log ($LOG), whose
+# tail is printed when a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BASE_PY=${ARM_ACCEL_BASE_PYTHON:-python3}
 VENV=${ARM_ACCEL_VENV:-$HOME/.cache/arm-accel/venv}
+LOG=${ARM_ACCEL_SETUP_LOG:-$VENV.setup.log}
 PINS=("torch==2.13.0" "executorch==1.5.1" "tosa-tools==2026.5.0" "numpy")
+
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
+
+# step LABEL CMD...: run CMD with its output in the log; one line on stderr with the seconds.
+step() {
+  local label=$1 start=$SECONDS
+  shift
+  printf 'setup: %s ... ' "$label" >&2
+  echo "=== $label: $*" >>"$LOG"
+  if "$@" >>"$LOG" 2>&1; then
+    printf 'ok (%d s)\n' $((SECONDS - start)) >&2
+  else
+    local rc=$?
+    printf 'FAILED (exit %d); full log: %s\n' "$rc" "$LOG" >&2
+    tail -n 25 "$LOG" | sed 's/^/  | /' >&2
+    exit "$rc"
+  fi
+}
 
 # torch is a multi-GB download: install the pinned stack into the base interpreter once per
 # machine and share it with every venv through --system-site-packages.
@@ -17,25 +40,30 @@ assert all(md.version(k) == v for k, v in want.items())
 import numpy  # noqa: F401
 PY
 then
-  echo "setup: installing the pinned stack (once per machine)" >&2
-  "$BASE_PY" -m pip install -q "${PINS[@]}"
+  step "install the pinned stack into $BASE_PY (once per machine; torch is large)" \
+    "$BASE_PY" -m pip install "${PINS[@]}"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then
-  "$BASE_PY" -m venv --system-site-packages "$VENV"
+  step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
 fi
-"$VENV/bin/python" - <<'PY' 2>/dev/null || "$VENV/bin/pip" install -q "maturin>=1.5,<2" pytest hypothesis ruff matplotlib
-import maturin, pytest, hypothesis, matplotlib  # noqa: F401
-import shutil; assert shutil.which("ruff") or True
-PY
-"$VENV/bin/python" -m ruff --version >/dev/null 2>&1 || "$VENV/bin/pip" install -q ruff
-# Vela compiles for Ethos-U: the upstream Arm suite's Ethos-U tests need it (issue 5).
-"$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null || "$VENV/bin/pip" install -q "ethos-u-vela==5.2.0"
+if ! "$VENV/bin/python" -c 'import pytest, hypothesis, matplotlib' 2>/dev/null ||
+  ! "$VENV/bin/python" -m ruff --version >/dev/null 2>&1; then
+  step "install the dev tools (pytest, hypothesis, ruff, matplotlib)" \
+    "$VENV/bin/pip" install pytest hypothesis ruff matplotlib
+fi
+# Vela compiles for Ethos-U: the demo's Ethos-U targets and the upstream suite's Ethos-U tests.
+if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then
+  step "install Vela (ethos-u-vela 5.2.0)" "$VENV/bin/pip" install "ethos-u-vela==5.2.0"
+fi
 
 # Build the extension in release mode and install the package editable into the venv.
 # maturin's binary must live in the venv (a base-interpreter copy is not found from here).
-[ -x "$VENV/bin/maturin" ] || "$VENV/bin/pip" install -q --ignore-installed "maturin>=1.5,<2"
-VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release -q >&2
+if [ ! -x "$VENV/bin/maturin" ]; then
+  step "install maturin into the venv" "$VENV/bin/pip" install --ignore-installed "maturin>=1.5,<2"
+fi
+step "build the native extension (maturin develop --release; minutes the first time)" \
+  env VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release
 # The editable install does not carry the wheel-root arm_accel_hook.pth (transparent activation,
 # issue 5); put it next to the editable arm_accel.pth so the venv behaves like a wheel install.
 cp arm_accel_hook.pth "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"

@@ -1,22 +1,53 @@
 #!/usr/bin/env bash
-# Set up, then run every check and test: cargo fmt/clippy/test, ruff, pytest.
+# Set up, then run every check and test: cargo fmt/clippy/test, ruff, pytest, the upstream
+# Arm pass suite. Prints one line per stage with its seconds, and the total (stderr).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+BUDGET_MIN=45 # CI's limit on 2 cores (README "Development"); the total line shows it
+START=$SECONDS
+summary() {
+  local took=$((SECONDS - START))
+  printf 'total %d s (%d min %02d s; CI budget %d min)\n' \
+    "$took" $((took / 60)) $((took % 60)) "$BUDGET_MIN" >&2
+}
+trap summary EXIT
+
+# stage NAME CMD...: run CMD and print "stage NAME: N s" (and its exit code if it failed).
+stage() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  if [ "$rc" -eq 0 ]; then
+    printf 'stage %-15s %5d s\n' "$name" $((SECONDS - start)) >&2
+  else
+    printf 'stage %-15s %5d s  FAILED (exit %d)\n' "$name" $((SECONDS - start)) "$rc" >&2
+  fi
+  return "$rc"
+}
+
+setup_start=$SECONDS
 VENV=$(bash scripts/setup.sh)
+printf 'stage %-15s %5d s\n' setup $((SECONDS - setup_start)) >&2
 export PATH="$VENV/bin:$PATH"
 
-cargo fmt --check
-cargo clippy --all-targets -q -- -D warnings
-cargo clippy --all-targets --features python -q -- -D warnings
-cargo test -q
-python -m ruff check python tests benches
-python -m pytest -q "$@"
+# With and without the Python bindings; `&&` because errexit is off inside `stage`'s command.
+clippy() {
+  cargo clippy --all-targets -q -- -D warnings &&
+    cargo clippy --all-targets --features python -q -- -D warnings
+}
+
+stage "cargo fmt" cargo fmt --check
+stage "cargo clippy" clippy
+stage "cargo test" cargo test -q
+stage "ruff" python -m ruff check python tests benches
+stage "pytest" python -m pytest -q "$@"
 
 # The upstream Arm pass suite with acceleration active through the installed hook (issue 5).
 # CI leaves out test_transpose_counts, the slowest module (~1/5 of the suite); the long run
 # (ARM_ACCEL_UPSTREAM=1) includes it. ARM_ACCEL_UPSTREAM=0 skips the suite.
 case "${ARM_ACCEL_UPSTREAM:-ci}" in
   0) ;;
-  1) bash scripts/upstream_suite.sh ;;
-  *) bash scripts/upstream_suite.sh -k "not test_transpose_counts" ;;
+  1) stage "upstream suite" bash scripts/upstream_suite.sh ;;
+  *) stage "upstream suite" bash scripts/upstream_suite.sh -k "not test_transpose_counts" ;;
 esac

@@ -110,7 +110,8 @@ def test_profile_script_args_and_missing_script(capsys: pytest.CaptureFixture[st
 def test_demo_small_model(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["demo", "--model", "convnet", "--no-warmup"]) == 0
     out = capsys.readouterr().out
-    assert "TOSA output: identical" in out
+    assert "TOSA output: identical" in out and ".pte: identical" in out
+    assert out.splitlines()[-1].startswith("verdict: accelerated lowering "), out
     assert re.search(r"^lowering seconds\s+[0-9.]+\s+[0-9.]+$", out, re.M), out
     assert re.search(r"^re-traces\s+\d+\s+\d+$", out, re.M), out
     for group in profiling.VIEW_PERMUTE_GROUPS:

@@ -123,51 +123,102 @@ def _zoo() -> dict[str, ModelSpec]:
 ZOO = _zoo()
 
 
-def compile_spec(mode: str) -> Any:
+# Lowering targets: bare TOSA (the default) or an Ethos-U NPU through Vela. Ethos-U targets are
+# the accelerator configurations EthosUCompileSpec accepts (``ethos-u55-128``, ...); the CLI
+# offers the two below.
+TOSA = "tosa"
+ETHOS_U_TARGETS = ("ethos-u55-128", "ethos-u85-256")
+TARGETS = (TOSA, *ETHOS_U_TARGETS)
+
+
+def is_ethos_u(target: str) -> bool:
+    return target.lower().startswith("ethos-u")
+
+
+def target_mode(target: str, mode: str) -> str:
+    """The mode a model lowers in for ``target``: Ethos-U NPUs run integer models only, so a
+    zoo model marked FP is quantized for them."""
+    return "INT" if is_ethos_u(target) else mode
+
+
+def compile_spec(mode: str, target: str = TOSA) -> Any:
+    """TosaCompileSpec for ``tosa``; for an Ethos-U target, EthosUCompileSpec with its defaults
+    (system config, memory mode and Vela flags chosen by executorch for that target)."""
+    if is_ethos_u(target):
+        if mode != "INT":
+            raise ValueError(f"{target} lowers INT models only (got mode {mode!r})")
+        from executorch.backends.arm.ethosu import EthosUCompileSpec
+
+        return EthosUCompileSpec(target)
+    if target != TOSA:
+        raise ValueError(f"unknown target {target!r}; known: {', '.join(TARGETS)}")
     from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
 
     return TosaCompileSpec(f"TOSA-1.0+{mode}")
 
 
-def export_for_arm(
-    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str, seed: int = 0
-) -> Any:
-    """torch.export the model; for INT, quantize it with the TOSA quantizer first."""
-    if mode == "FP":
-        return torch.export.export(model, inputs)
+def quantizer(mode: str, target: str = TOSA) -> Any:
+    """The quantizer executorch's Arm test pipelines use for ``target``, symmetric config."""
     from executorch.backends.arm.quantizer import (
+        EthosUQuantizer,
         TOSAQuantizer,
         get_symmetric_quantization_config,
     )
 
+    cls = EthosUQuantizer if is_ethos_u(target) else TOSAQuantizer
+    q = cls(compile_spec(mode, target))
+    q.set_global(get_symmetric_quantization_config())
+    return q
+
+
+def export_for_arm(
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    mode: str,
+    seed: int = 0,
+    target: str = TOSA,
+) -> Any:
+    """torch.export the model; for INT, quantize it with the target's quantizer first."""
+    if mode == "FP":
+        return torch.export.export(model, inputs)
     # The same steps as executorch's own Arm test pipeline (ArmQuantize).
     torch.manual_seed(seed)
-    quantizer = TOSAQuantizer(compile_spec(mode))
-    quantizer.set_global(get_symmetric_quantization_config())
+    q = quantizer(mode, target)
     graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
-    converted = quantizer._quantize_with_submodules(graph, [inputs], False, True)
+    converted = q._quantize_with_submodules(graph, [inputs], False, True)
     return torch.export.export(converted, inputs, strict=True)
 
 
-def partitioner(mode: str) -> Any:
+def partitioner(mode: str, target: str = TOSA) -> Any:
+    """TOSAPartitioner, or EthosUPartitioner for an Ethos-U target."""
+    if is_ethos_u(target):
+        from executorch.backends.arm.ethosu import EthosUPartitioner
+
+        return EthosUPartitioner(compile_spec(mode, target))
     from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 
-    return TOSAPartitioner(compile_spec(mode))
+    return TOSAPartitioner(compile_spec(mode, target))
 
 
-def lower(exported: Any, mode: str) -> Any:
-    """``to_edge_transform_and_lower`` with the TOSA partitioner, as a user script does."""
+def lower(exported: Any, mode: str, target: str = TOSA) -> Any:
+    """``to_edge_transform_and_lower`` with the target's partitioner, as a user script does."""
     from executorch.exir import to_edge_transform_and_lower
 
-    return to_edge_transform_and_lower(exported, partitioner=[partitioner(mode)])
+    return to_edge_transform_and_lower(exported, partitioner=[partitioner(mode, target)])
 
 
 def tosa_bytes(edge: Any) -> list[bytes]:
-    """``processed_bytes`` of every lowered module, in graph order."""
+    """``processed_bytes`` of every lowered module, in graph order: TOSA flatbuffers, or for
+    Ethos-U the Vela output (command stream and weights)."""
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     gm = edge.exported_program().graph_module
     return [bytes(lowered.processed_bytes) for _, lowered, _ in get_lowered_submodules(gm)]
+
+
+def pte_bytes(edge: Any) -> bytes:
+    """The serialized ExecuTorch program (.pte) of a lowered edge program manager."""
+    return bytes(edge.to_executorch().buffer)
 
 
 def build(name: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], str]:
