@@ -43,11 +43,17 @@ stage "cargo test" cargo test -q
 stage "ruff" python -m ruff check python tests benches
 stage "pytest" python -m pytest -q "$@"
 
-# The upstream Arm pass suite with acceleration active through the installed hook (issue 5).
-# CI leaves out test_transpose_counts, the slowest module (~1/5 of the suite); the long run
-# (ARM_ACCEL_UPSTREAM=1) includes it. ARM_ACCEL_UPSTREAM=0 skips the suite.
+# The upstream Arm suites with acceleration active through the installed hook (issues 5, 13):
+# the pass suite, then the per-operator TOSA lowering tests of a few operators (whole lowerings
+# through the re-trace engine). CI leaves out test_transpose_counts, the slowest pass module
+# (~1/5 of that suite); ARM_ACCEL_UPSTREAM=1 includes it; ARM_ACCEL_UPSTREAM=0 skips both.
+# Every operator's tests: UPSTREAM_SET=ops bash scripts/upstream_suite.sh (a long run).
 case "${ARM_ACCEL_UPSTREAM:-ci}" in
   0) ;;
   1) stage "upstream suite" bash scripts/upstream_suite.sh ;;
   *) stage "upstream suite" bash scripts/upstream_suite.sh -k "not test_transpose_counts" ;;
+esac
+case "${ARM_ACCEL_UPSTREAM:-ci}" in
+  0) ;;
+  *) UPSTREAM_SET=ops-ci stage "upstream ops" bash scripts/upstream_suite.sh ;;
 esac

@@ -37,7 +37,8 @@ logger = logging.getLogger("arm_accel")
 #: (distribution, accepted "major.minor[.patch]" prefixes)
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "executorch": ("1.5.1",),
-    "torch": ("2.13",),
+    # 2.14 and 2.15: the view/permute passes shown identical by scripts/compat.sh (RESULTS.md).
+    "torch": ("2.13", "2.14", "2.15"),
 }
 PASSES_PACKAGE = "executorch.backends.arm._passes"
 
@@ -268,11 +269,11 @@ def activate(force: bool = False) -> bool:
             warn_once(
                 "versions",
                 "arm_accel: acceleration stays off: found executorch=%s torch=%s, tested with "
-                "executorch %s and torch %s.x",
+                "executorch %s and torch %s",
                 found.get("executorch"),
                 found.get("torch"),
                 "/".join(SUPPORTED_VERSIONS["executorch"]),
-                "/".join(SUPPORTED_VERSIONS["torch"]),
+                ", ".join(f"{v}.x" for v in SUPPORTED_VERSIONS["torch"]),
             )
             return False
         try:
@@ -315,10 +316,19 @@ def stock_class(cls_or_name: type | str) -> type:
     return getattr(cls_or_name, "_arm_accel_stock", cls_or_name)
 
 
+#: torch versions the re-trace engine was shown identical on: it models torch.fx internals
+#: (the tracer's meta fields, the name space, the provenance record), so it stays stock elsewhere.
+RETRACE_ENGINE_TORCH: tuple[str, ...] = ("2.13",)
+
+
 def _install_retrace_engine() -> None:
     """Route the Arm pipeline's ExportPass re-traces through arm_accel.retrace_engine."""
     from arm_accel import retrace_engine
 
+    torch_version = _state["versions"].get("torch") or ""
+    if not _version_matches(torch_version, RETRACE_ENGINE_TORCH):
+        _state["retrace_engine"] = f"stock: tested with torch {'/'.join(RETRACE_ENGINE_TORCH)}.x"
+        return
     try:
         retrace_engine.install()
     except Exception as exc:
