@@ -102,6 +102,7 @@ def status() -> dict[str, Any]:
             "swapped": dict(_state["swapped"]),
             "skipped": dict(_state["skipped"]),
             "versions": dict(_state["versions"]),
+            "edge_decompositions": _state.get("edge_decompositions", "not installed"),
         }
 
 
@@ -289,6 +290,9 @@ def activate(force: bool = False) -> bool:
                 _state["skipped"][name] = "pending: its module is still importing"
             else:
                 _swap(name, spec, stock, passes_pkg)
+        from arm_accel.edge import decompositions as edge_decompositions  # issue 17
+
+        _state["edge_decompositions"] = edge_decompositions.install_safely()
         logger.info(
             "arm_accel: accelerated %d Arm passes: %s",
             len(_state["swapped"]),
@@ -320,7 +324,11 @@ def deactivate() -> None:
             if d.get(attr) is new:
                 d[attr] = stock
         _pending.clear()
+        from arm_accel.edge import decompositions as edge_decompositions
+
+        edge_decompositions.uninstall()
         _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
+        _state["edge_decompositions"] = "not installed"
 
 
 def ensure_active(force: bool = False) -> None:

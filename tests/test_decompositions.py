@@ -1,0 +1,122 @@
+"""Issue 17: the edge stage's ``run_decompositions`` calls that would return their input are
+replayed without tracing (arm_accel.edge.decompositions). Every test compares with stock's own
+call in the same process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import arm_accel
+import pytest
+import torch
+from arm_accel import models, stats
+from arm_accel.edge import decompositions
+from arm_accel.edge.compare import assert_programs_equal, program_differences
+from arm_accel.testing import assert_graphs_equal
+from torch.export import ExportedProgram
+
+
+@contextmanager
+def edge_stage_output() -> Iterator[list[ExportedProgram]]:
+    """Record the program ``_gen_edge_manager_for_partitioners`` hands to
+    ``_generate_edge_program``: the edge stage's result after its decompositions."""
+    import executorch.exir.program._program as prog
+
+    seen: list[ExportedProgram] = []
+    original = prog._generate_edge_program
+
+    def recording(config: Any, program: ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        seen.append(program)
+        return original(config, program, *args, **kwargs)
+
+    prog._generate_edge_program = recording
+    try:
+        yield seen
+    finally:
+        prog._generate_edge_program = original
+
+
+def _accelerated() -> int:
+    return int(stats.snapshot().get(decompositions.STATS_NAME, {}).get("accelerated", 0))
+
+
+@pytest.fixture(scope="module")
+def active() -> None:
+    import executorch.backends.arm._passes  # noqa: F401  (the activation's trigger)
+
+    arm_accel.enable()
+    assert decompositions.installed(), arm_accel.status().get("edge_decompositions")
+
+
+def test_lowering_equals_stock(active: None) -> None:
+    """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
+    edge stage's program equals stock's (graph with every meta key, signature, state dict,
+    constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, or if
+    one was replayed with acceleration off."""
+    model, inputs, mode = models.build("dscnnkws")
+    exported = models.export_for_arm(model, inputs, mode)
+    before = _accelerated()
+    with arm_accel.disabled(), edge_stage_output() as stock_programs:
+        stock_bytes = models.tosa_bytes(models.lower(exported, mode))
+    assert _accelerated() == before, "the fast path ran with acceleration off"
+    with edge_stage_output() as ours_programs:
+        ours_bytes = models.tosa_bytes(models.lower(exported, mode))
+    assert _accelerated() > before, "no run_decompositions call was replayed"
+    (stock,), (ours,) = stock_programs, ours_programs
+    assert_graphs_equal(stock.graph_module, ours.graph_module)
+    assert stock.graph_signature == ours.graph_signature
+    assert list(stock.state_dict) == list(ours.state_dict)
+    assert all(stock.state_dict[k] is ours.state_dict[k] for k in stock.state_dict)
+    assert list(stock.constants) == list(ours.constants)
+    assert_programs_equal(stock, ours)
+    assert stock_bytes and ours_bytes == stock_bytes
+
+
+class _Tiny(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(x + 1).sum(dim=1)
+
+
+def _functional_tiny() -> ExportedProgram:
+    return torch.export.export(_Tiny(), (torch.randn(2, 3),)).run_decompositions({})
+
+
+def test_replay_equals_stock_call_on_tiny_program() -> None:
+    """A re-trace output with no table target: the replay equals stock's call with that table
+    (every meta key, names, signature); the decision declines once a target is in the table."""
+    ep = _functional_tiny()
+    table: dict[Any, Any] = {}
+    assert decompositions.decline_reason(ep, table) is None
+    stock = ExportedProgram.run_decompositions.__wrapped__(ep, table)  # type: ignore[attr-defined]
+    assert program_differences(stock, decompositions.replay_program(ep)) == []
+    add = torch.ops.aten.add.Tensor
+    assert (
+        decompositions.decline_reason(ep, {add: None})
+        == "aten.add.Tensor in the decomposition table"
+    )
+
+
+def test_outside_the_edge_stage_is_stock(active: None) -> None:
+    """``run_decompositions`` called by user code (not from the edge stage) runs stock's and
+    records nothing."""
+    ep = _functional_tiny()
+    calls = stats.calls_of(decompositions.STATS_NAME)
+    out = ep.run_decompositions({})
+    assert stats.calls_of(decompositions.STATS_NAME) == calls
+    assert [n.name for n in out.graph.nodes] == [n.name for n in ep.graph.nodes]
+
+
+def test_uninstall_restores_stock(active: None) -> None:
+    """uninstall puts executorch's function and torch's method back; install re-wraps them."""
+    import executorch.exir.program._program as prog
+
+    ours = ExportedProgram.run_decompositions
+    decompositions.uninstall()
+    try:
+        assert ExportedProgram.run_decompositions is ours.__wrapped__  # type: ignore[attr-defined]
+        assert not hasattr(prog._gen_edge_manager_for_partitioners, "__wrapped__")
+    finally:
+        decompositions.install()
+    assert decompositions.installed()
