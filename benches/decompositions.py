@@ -3,7 +3,7 @@
 Measure (default): per zoo model and call, the seconds, the nodes the call changes (structure
 compared up to renaming; renamed nodes counted apart) and where the time goes inside (a second,
 profiled run of the same call on the same input, tottime grouped by the code it is spent in).
-Stock only (run with ``ARM_ACCEL=0`` or not: the measurement wraps the stock method).
+Stock only (acceleration is switched off for the measurement).
 
 ``--compare``: the decomposition phase (the three calls) stock vs accelerated in one process,
 each model lowered once per side, ratio printed, TOSA bytes compared.
@@ -159,9 +159,12 @@ def edge_stage_only() -> Iterator[None]:
 
 
 def measure(name: str) -> list[dict[str, Any]]:
+    """Stock's calls (acceleration off) of one lowering, recorded."""
+    import arm_accel
+
     model, inputs, mode = models.build(name)
     exported = models.export_for_arm(model, inputs, mode)
-    with recording(profile=True) as rows, edge_stage_only():
+    with arm_accel.disabled(), recording(profile=True) as rows, edge_stage_only():
         models.lower(exported, mode)
     return rows
 

@@ -4,7 +4,9 @@ Stock itself is only reproducible up to object identity in a few places, so thos
 by value: ``from_node`` provenance with its ``graph_id``s (addresses of transient graphs)
 renumbered in order of first appearance in each program, ``original_aten`` (the tracer stores a
 ``copy.copy`` of the op, never the op itself) by name and type, fake tensors by shape, dtype,
-strides, storage offset, device and requires_grad.
+strides, storage offset, device and requires_grad; ``seq_nr`` (the process-wide autograd
+sequence counter when the node was traced, so two stock lowerings in one process differ) by its
+rank among the program's seq_nr values.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ def _eq(x: Any, y: Any) -> bool:
         return repr(x) == repr(y)
 
 
+def _seq_nr_ranks(nodes: list[fx.Node]) -> dict[Any, int]:
+    values = sorted({n.meta["seq_nr"] for n in nodes if isinstance(n.meta.get("seq_nr"), int)})
+    return {v: i for i, v in enumerate(values)}
+
+
 def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
     """Every difference between two graphs, node by node and meta key by meta key."""
     out: list[str] = []
@@ -79,6 +86,7 @@ def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
     ia = {n: i for i, n in enumerate(na)}
     ib = {n: i for i, n in enumerate(nb)}
     ga, gb = _GraphIds(), _GraphIds()
+    ra, rb = _seq_nr_ranks(na), _seq_nr_ranks(nb)
     for x, y in zip(na, nb, strict=True):
         where = f"node {ia[x]} {x.name}/{y.name}"
         if (x.name, x.op, x.target) != (y.name, y.op, y.target):
@@ -90,7 +98,10 @@ def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
         if list(x.meta) != list(y.meta):
             out.append(f"{where}: meta keys {list(x.meta)} != {list(y.meta)}")
         for key in x.meta.keys() & y.meta.keys():
-            vx, vy = _value(x.meta[key], ga, ia), _value(y.meta[key], gb, ib)
+            if key == "seq_nr":
+                vx, vy = ra.get(x.meta[key]), rb.get(y.meta[key])
+            else:
+                vx, vy = _value(x.meta[key], ga, ia), _value(y.meta[key], gb, ib)
             if not _eq(vx, vy):
                 out.append(f"{where}: meta[{key!r}] {str(vx)[:300]} != {str(vy)[:300]}")
     return out
