@@ -64,6 +64,7 @@ def test_lowering_equals_stock(active: None) -> None:
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() > before, "no run_decompositions call was replayed"
+    assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)
     assert stock.graph_signature == ours.graph_signature
@@ -120,3 +121,54 @@ def test_uninstall_restores_stock(active: None) -> None:
     finally:
         decompositions.install()
     assert decompositions.installed()
+
+
+def _fallbacks() -> dict[str, int]:
+    return dict(stats.snapshot().get(decompositions.STATS_NAME, {}).get("fallbacks", {}))
+
+
+class _TinyLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+def test_replay_failure_runs_stock(active: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny FP model lowered with the replay forced to fail: the stock call runs instead, the
+    failure is counted with its reason, and the TOSA bytes equal a stock lowering's."""
+    torch.manual_seed(0)
+    exported = torch.export.export(_TinyLinear().eval(), (torch.randn(2, 4),))
+    with arm_accel.disabled():
+        stock_bytes = models.tosa_bytes(models.lower(exported, "FP"))
+
+    def broken(*args: Any, **kwargs: Any) -> ExportedProgram:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(decompositions, "replay_program", broken)
+    before = _fallbacks()
+    ours_bytes = models.tosa_bytes(models.lower(exported, "FP"))
+    reason = "replay failed: RuntimeError('injected')"
+    assert _fallbacks().get(reason, 0) == before.get(reason, 0) + 1
+    assert ours_bytes == stock_bytes
+
+
+def test_edited_input_declines() -> None:
+    """The proof that a call's input is the previous call's output fails once a node's args
+    change, or when the input is another program."""
+    ep = _functional_tiny()
+    stage = decompositions._Stage()
+    stage.remember(ep)
+    assert decompositions._edited_only_by_target_swaps(ep, stage) is None
+    assert stage.swapped(ep) == frozenset()
+    other = _functional_tiny()
+    assert decompositions._edited_only_by_target_swaps(other, stage) == (
+        "input is not the previous call's output"
+    )
+    add = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    add.args = (add.args[0], 2)
+    assert decompositions._edited_only_by_target_swaps(ep, stage) == (
+        "graph edited since the previous call"
+    )
