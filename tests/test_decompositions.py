@@ -90,7 +90,7 @@ def test_replay_equals_stock_call_on_tiny_program() -> None:
     ep = _functional_tiny()
     table: dict[Any, Any] = {}
     assert decompositions.decline_reason(ep, table) is None
-    stock = ExportedProgram.run_decompositions.__wrapped__(ep, table)  # type: ignore[attr-defined]
+    stock = ep.run_decompositions(table)  # outside the edge stage: always stock's call
     assert program_differences(stock, decompositions.replay_program(ep)) == []
     add = torch.ops.aten.add.Tensor
     assert (
@@ -113,11 +113,12 @@ def test_uninstall_restores_stock(active: None) -> None:
     """uninstall puts executorch's function and torch's method back; install re-wraps them."""
     import executorch.exir.program._program as prog
 
-    ours = ExportedProgram.run_decompositions
+    ours_method = ExportedProgram.run_decompositions
+    ours_stage = prog._gen_edge_manager_for_partitioners
     decompositions.uninstall()
     try:
-        assert ExportedProgram.run_decompositions is ours.__wrapped__  # type: ignore[attr-defined]
-        assert not hasattr(prog._gen_edge_manager_for_partitioners, "__wrapped__")
+        assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
+        assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
     finally:
         decompositions.install()
     assert decompositions.installed()

@@ -24,6 +24,7 @@ stage) and ``ExportedProgram.run_decompositions`` (a pass-through outside the st
 from __future__ import annotations
 
 import copy
+import functools
 import operator
 import threading
 import time
@@ -352,6 +353,7 @@ def install() -> None:
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 
+        @functools.wraps(stock_stage)
         def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
             stack = _stage_stack()
             stack.append(_Stage())
@@ -360,6 +362,7 @@ def install() -> None:
             finally:
                 stack.pop()
 
+        @functools.wraps(stock_method)
         def run_decompositions(
             self: ExportedProgram,
             decomp_table: dict[Any, Any] | None = None,
@@ -381,9 +384,6 @@ def install() -> None:
             stage.remember(result)
             return result
 
-        _gen_edge_manager_for_partitioners.__wrapped__ = stock_stage  # type: ignore[attr-defined]
-        run_decompositions.__wrapped__ = stock_method  # type: ignore[attr-defined]
-        run_decompositions.__doc__ = stock_method.__doc__
         prog._gen_edge_manager_for_partitioners = _gen_edge_manager_for_partitioners
         ExportedProgram.run_decompositions = run_decompositions  # type: ignore[method-assign]
         _installed.update(
