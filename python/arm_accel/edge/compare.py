@@ -11,11 +11,14 @@ rank among the program's seq_nr values.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 from torch import fx
 from torch.export import ExportedProgram
+
+_EVAL_KEY = re.compile(r"<eval_with_key>\.\d+")
 
 
 class _GraphIds:
@@ -77,7 +80,9 @@ def _seq_nr_ranks(nodes: list[fx.Node]) -> dict[Any, int]:
     return {v: i for i, v in enumerate(values)}
 
 
-def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
+def graph_differences(
+    a: fx.GraphModule, b: fx.GraphModule, separately_exported: bool = False
+) -> list[str]:
     """Every difference between two graphs, node by node and meta key by meta key."""
     out: list[str] = []
     na, nb = list(a.graph.nodes), list(b.graph.nodes)
@@ -100,6 +105,8 @@ def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
         for key in x.meta.keys() & y.meta.keys():
             if key == "seq_nr":
                 vx, vy = ra.get(x.meta[key]), rb.get(y.meta[key])
+            elif key == "stack_trace" and separately_exported:
+                vx, vy = (_EVAL_KEY.sub("<eval_with_key>", str(m.meta[key])) for m in (x, y))
             else:
                 vx, vy = _value(x.meta[key], ga, ia), _value(y.meta[key], gb, ib)
             if not _eq(vx, vy):
@@ -107,18 +114,34 @@ def graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
     return out
 
 
-def program_differences(a: ExportedProgram, b: ExportedProgram) -> list[str]:
-    """Graph (see :func:`graph_differences`), signature, state dict and constants (same tensor
-    objects, same key order), verifiers, range constraints, module call graph, graph-module
+def _same_tensor(x: Any, y: Any, separately_exported: bool) -> bool:
+    if (
+        not separately_exported
+        or not isinstance(x, torch.Tensor)
+        or not isinstance(y, torch.Tensor)
+    ):
+        return x is y
+    return x.dtype == y.dtype and x.shape == y.shape and bool(torch.equal(x, y))
+
+
+def program_differences(
+    a: ExportedProgram, b: ExportedProgram, separately_exported: bool = False
+) -> list[str]:
+    """Graph (see :func:`graph_differences`), signature, state dict and constants (same key
+    order; the same tensor objects, or with ``separately_exported`` equal tensors; the stack
+    traces then compare without the process-wide ``<eval_with_key>.N`` counter of generated
+    code), verifiers, range constraints, module call graph, graph-module
     meta and class."""
-    out = graph_differences(a.graph_module, b.graph_module)
+    out = graph_differences(a.graph_module, b.graph_module, separately_exported)
     if a.graph_signature != b.graph_signature:
         out.append(f"graph signature {a.graph_signature} != {b.graph_signature}")
     for what, da, db in (
         ("state dict", a.state_dict, b.state_dict),
         ("constants", a.constants, b.constants),
     ):
-        if list(da) != list(db) or any(da[k] is not db[k] for k in da):
+        if list(da) != list(db) or any(
+            not _same_tensor(da[k], db[k], separately_exported) for k in da
+        ):
             out.append(f"{what} differs: {list(da)} != {list(db)}")
     if a.verifiers != b.verifiers or a.dialect != b.dialect:
         out.append(f"verifiers {a.verifiers} != {b.verifiers}")
