@@ -9,12 +9,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import arm_accel
+import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import models, stats
+from arm_accel import models, stats, switch
 from arm_accel.edge import decompositions
 from arm_accel.edge.compare import assert_programs_equal, program_differences
 from arm_accel.testing import assert_graphs_equal
+from hypothesis import given
 from torch.export import ExportedProgram
 
 
@@ -173,3 +175,45 @@ def test_edited_input_declines() -> None:
     assert decompositions._edited_only_by_target_swaps(ep, stage) == (
         "graph edited since the previous call"
     )
+
+
+def _edge_stage(program: ExportedProgram, mode: str, accelerated: bool) -> ExportedProgram:
+    """The edge stage alone (``_gen_edge_manager_for_partitioners``), with acceleration on or
+    off; the edge-dialect program it produces."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.program._program import _gen_edge_manager_for_partitioners
+
+    previous = switch.set_enabled(accelerated)
+    try:
+        edge = _gen_edge_manager_for_partitioners(
+            {"forward": [models.partitioner(mode)]}, {"forward": program}, EdgeCompileConfig(), None
+        )
+    finally:
+        switch.set_enabled(previous)
+    return edge.exported_program()
+
+
+@fm.fuzz_settings()
+@given(spec=fm.specs())
+def test_random_models_edge_stage_equals_stock(active: None, spec: fm.Spec) -> None:
+    """Random models (tests/fuzz_models.py), FP and INT, each exported twice: the edge stage
+    with acceleration off and on gives equal programs (every meta key; tensors by value, stack
+    traces without the generated-code counter); ``ARM_ACCEL_FUZZ=long`` runs the long profile.
+    Exceptions must match."""
+    fm.log_example(spec)
+    for mode in ("FP", "INT"):
+        results = []
+        for accelerated in (False, True):
+            model, inputs = fm.build(spec)
+            with switch.disabled():
+                program = models.export_for_arm(model, inputs, mode)
+            try:
+                results.append(_edge_stage(program, mode, accelerated))
+            except Exception as exc:  # noqa: BLE001 - compared with the other side's
+                results.append(exc)
+        stock, ours = results
+        if isinstance(stock, Exception) or isinstance(ours, Exception):
+            assert type(stock) is type(ours), f"{mode}: stock {stock!r}, accelerated {ours!r}"
+            continue
+        diffs = program_differences(stock, ours, separately_exported=True)
+        assert diffs == [], f"{mode}: {diffs[:5]}"
