@@ -105,6 +105,7 @@ def status() -> dict[str, Any]:
             "skipped": dict(_state["skipped"]),
             "versions": dict(_state["versions"]),
             "retrace_engine": _state["retrace_engine"],
+            "edge_decompositions": _state.get("edge_decompositions", "not installed"),
         }
 
 
@@ -293,6 +294,9 @@ def activate(force: bool = False) -> bool:
             else:
                 _swap(name, spec, stock, passes_pkg)
         _install_retrace_engine()
+        from arm_accel.edge import decompositions as edge_decompositions  # issue 17
+
+        _state["edge_decompositions"] = edge_decompositions.install_safely()
         logger.info(
             "arm_accel: accelerated %d Arm passes: %s",
             len(_state["swapped"]),
@@ -350,7 +354,11 @@ def deactivate() -> None:
             if d.get(attr) is new:
                 d[attr] = stock
         _pending.clear()
+        from arm_accel.edge import decompositions as edge_decompositions
+
+        edge_decompositions.uninstall()
         _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
+        _state["edge_decompositions"] = "not installed"
 
 
 def ensure_active(force: bool = False) -> None:

@@ -1,0 +1,272 @@
+"""The three ``run_decompositions`` calls of ``to_edge_transform_and_lower`` on the Arm path.
+
+Measure (default): per zoo model and call, the seconds, the nodes the call changes (structure
+compared up to renaming; renamed nodes counted apart) and where the time goes inside (a second,
+profiled run of the same call on the same input, tottime grouped by the code it is spent in).
+Stock only (acceleration is switched off for the measurement).
+
+``--compare``: the decomposition phase (the three calls) stock vs accelerated in one process,
+each model lowered once per side, ratio printed, TOSA bytes compared.
+
+    python benches/decompositions.py dscnnkws llama1 llama2
+    python benches/decompositions.py --compare dscnnkws llama2
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from arm_accel import models
+from torch import fx
+from torch.export import ExportedProgram
+
+CALL_NAMES = ("functionalize {}", "table - preserved", "full table")
+
+#: (column, file fragment, function name): inclusive time (cumtime of the outermost call) of
+#: these functions, as a share of the call. Columns nest (trace contains fake dispatch ...).
+GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("unlift ep.module()", "torch/export/exported_program.py", "module"),
+    ("trace _export_to_aten_ir", "torch/export/_trace.py", "_export_to_aten_ir"),
+    ("fake dispatch", "torch/_subclasses/fake_tensor.py", "__torch_dispatch__"),
+    ("NodeSource provenance", "torch/fx/traceback.py", "__init__"),
+    ("deepcopy (meta)", "copy.py", "deepcopy"),
+    ("new ExportedProgram + verifier", "torch/export/exported_program.py", "__init__"),
+)
+#: Self time (tottime) spent in decomposition functions.
+DECOMP_FILES = ("torch/_decomp/", "torch/_refs/", "torch/_prims")
+
+
+def profile_groups(fn: Callable[[], Any]) -> dict[str, float]:
+    """Shares of one profiled run of ``fn``: each GROUPS column, and "decomposition fns"."""
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.runcall(fn)
+    whole = time.perf_counter() - t0
+    shares: Counter[str] = Counter()
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    for (path, _line, func), (_cc, _nc, tt, ct, _callers) in stats.items():
+        for column, fragment, name in GROUPS:
+            if func == name and path.endswith(fragment):
+                shares[column] += ct / whole
+        if any(f in path for f in DECOMP_FILES):
+            shares["decomposition fns"] += tt / whole
+    return dict(shares)
+
+
+def _signatures(gm: fx.GraphModule) -> list[tuple[Any, ...]]:
+    """A structural key per node: op, target, args/kwargs with nodes replaced by their key
+    index (so renaming alone changes nothing); placeholders keyed by name."""
+    keys: dict[fx.Node, int] = {}
+    table: dict[tuple[Any, ...], int] = {}
+    out = []
+    for n in gm.graph.nodes:
+
+        def norm(a: Any) -> Any:
+            if isinstance(a, fx.Node):
+                return ("n", keys[a])
+            if isinstance(a, (list, tuple)):
+                return (type(a).__name__, tuple(norm(x) for x in a))
+            if isinstance(a, dict):
+                return tuple(sorted((k, norm(v)) for k, v in a.items()))
+            return repr(a)
+
+        key = (
+            n.op,
+            n.name if n.op == "placeholder" else str(n.target),
+            norm(n.args),
+            norm(n.kwargs),
+        )
+        keys[n] = table.setdefault(key, len(table))
+        out.append(key)
+    return out
+
+
+def changed_nodes(before: fx.GraphModule, after: fx.GraphModule) -> tuple[int, int, str]:
+    """(removed, added, renamed): call targets of ``before`` gone from ``after`` and new ones
+    (multisets); "renamed" is how many names differ when the two graphs are structurally
+    identical node for node, else "-"."""
+
+    def targets(gm: fx.GraphModule) -> Counter[str]:
+        return Counter(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+
+    ta, tb = targets(before), targets(after)
+    removed, added = sum((ta - tb).values()), sum((tb - ta).values())
+    if _signatures(before) != _signatures(after):
+        return removed, added, "-"
+    renamed = sum(
+        1 for x, y in zip(before.graph.nodes, after.graph.nodes, strict=True) if x.name != y.name
+    )
+    return removed, added, str(renamed)
+
+
+@contextmanager
+def recording(profile: bool) -> Iterator[list[dict[str, Any]]]:
+    """Record every ``ExportedProgram.run_decompositions`` call made inside the block."""
+    stock = ExportedProgram.run_decompositions
+    rows: list[dict[str, Any]] = []
+
+    def recorder(self: ExportedProgram, decomp_table: Any = None, *args: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        result = stock(self, decomp_table, *args, **kw)
+        seconds = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "seconds": seconds,
+            "nodes": len(self.graph.nodes),
+            "changed": changed_nodes(self.graph_module, result.graph_module),
+        }
+        if profile:
+            row["groups"] = profile_groups(lambda: stock(self, decomp_table, *args, **kw))
+        rows.append(row)
+        return result
+
+    ExportedProgram.run_decompositions = recorder  # type: ignore[method-assign]
+    try:
+        yield rows
+    finally:
+        ExportedProgram.run_decompositions = stock  # type: ignore[method-assign]
+
+
+@contextmanager
+def edge_stage_only() -> Iterator[None]:
+    """Stop ``to_edge_transform_and_lower`` right after its decomposition stage."""
+    import executorch.exir.program._program as prog
+
+    original = prog._gen_edge_manager_for_partitioners
+
+    class _Stop(Exception):
+        pass
+
+    def stop_after(*args: Any, **kwargs: Any) -> Any:
+        original(*args, **kwargs)
+        raise _Stop
+
+    prog._gen_edge_manager_for_partitioners = stop_after
+    try:
+        yield
+    except _Stop:
+        pass
+    finally:
+        prog._gen_edge_manager_for_partitioners = original
+
+
+def measure(name: str) -> list[dict[str, Any]]:
+    """Stock's calls (acceleration off) of one lowering, recorded."""
+    import arm_accel
+
+    model, inputs, mode = models.build(name)
+    exported = models.export_for_arm(model, inputs, mode)
+    with arm_accel.disabled(), recording(profile=True) as rows, edge_stage_only():
+        models.lower(exported, mode)
+    return rows
+
+
+def print_measure(names: list[str]) -> None:
+    group_names = [g for g, _, _ in GROUPS] + ["decomposition fns"]
+    print(
+        "| model | call | nodes | seconds | targets removed / added / renamed (same structure) | "
+        + " | ".join(group_names)
+        + " |"
+    )
+    print("|---|---|--:|--:|--:|" + "--:|" * len(group_names))
+    for name in names:
+        for i, row in enumerate(measure(name)):
+            call = CALL_NAMES[i] if i < len(CALL_NAMES) else f"call {i}"
+            groups = row["groups"]
+            cells = " | ".join(f"{100 * groups.get(g, 0.0):.0f}%" for g in group_names)
+            r, a, n = row["changed"]
+            print(
+                f"| {name} | {i}: {call} | {row['nodes']} | {row['seconds']:.2f} | "
+                f"{r} / {a} / {n} | {cells} |",
+                flush=True,
+            )
+
+
+def _phase_seconds(exported: Any, mode: str) -> tuple[float, float, list[bytes], Any]:
+    """One full lowering: seconds inside the decomposition calls (whatever implementation is
+    installed), seconds of the whole lowering, the TOSA bytes and the edge stage's program."""
+    import executorch.exir.program._program as prog
+
+    spent = [0.0]
+    staged: list[Any] = []
+    inner = ExportedProgram.run_decompositions
+    generate = prog._generate_edge_program
+
+    def timed(self: ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    def recording(config: Any, program: Any, *args: Any, **kwargs: Any) -> Any:
+        staged.append(program)
+        return generate(config, program, *args, **kwargs)
+
+    ExportedProgram.run_decompositions = timed  # type: ignore[method-assign]
+    prog._generate_edge_program = recording
+    try:
+        t0 = time.perf_counter()
+        edge = models.lower(exported, mode)
+        whole = time.perf_counter() - t0
+    finally:
+        ExportedProgram.run_decompositions = inner  # type: ignore[method-assign]
+        prog._generate_edge_program = generate
+    return spent[0], whole, models.tosa_bytes(edge), staged[0]
+
+
+def compare(names: list[str]) -> None:
+    """Accelerated first, then stock (any warm-up benefit goes to stock). Each side lowers its
+    own export of the model (stock lowering mutates an FP llama's exported program, so one
+    program cannot be lowered twice)."""
+    import arm_accel
+    import executorch.backends.arm._passes  # noqa: F401  (triggers the activation)
+    from arm_accel.edge.compare import program_differences
+    from arm_accel.edge.decompositions import STATS_NAME
+
+    arm_accel.enable()
+    print(
+        "| model | decompositions stock | accelerated | ratio | lowering stock | accelerated "
+        "| ratio | calls replayed | edge program differences | TOSA equal |"
+    )
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+    for name in names:
+        model, inputs, mode = models.build(name)
+        before = arm_accel.stats().get(STATS_NAME, {}).get("accelerated", 0)
+        a_phase, a_whole, a_bytes, a_prog = _phase_seconds(
+            models.export_for_arm(model, inputs, mode), mode
+        )
+        replayed = arm_accel.stats().get(STATS_NAME, {}).get("accelerated", 0) - before
+        with arm_accel.disabled():
+            s_phase, s_whole, s_bytes, s_prog = _phase_seconds(
+                models.export_for_arm(model, inputs, mode), mode
+            )
+        diffs = len(program_differences(s_prog, a_prog, separately_exported=True))
+        print(
+            f"| {name} | {s_phase:.2f} s | {a_phase:.2f} s | {s_phase / a_phase:.2f}x | "
+            f"{s_whole:.1f} s | {a_whole:.1f} s | {s_whole / a_whole:.2f}x | {replayed} | "
+            f"{diffs} | {s_bytes == a_bytes} |",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=["dscnnkws", "llama1", "llama2"])
+    parser.add_argument("--compare", action="store_true")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    (compare if args.compare else print_measure)(args.models)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

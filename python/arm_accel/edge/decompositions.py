@@ -1,0 +1,421 @@
+"""Skip the ``run_decompositions`` calls of the Arm edge stage that would return their input.
+
+``_gen_edge_manager_for_partitioners`` (executorch/exir/program/_program.py) calls
+``ExportedProgram.run_decompositions`` three times on the Arm path; each re-exports the whole
+program through ``make_fx`` with fake tensors. When a call's input is the output of the previous
+call of the same stage (edited only by ``_replace_aten_ops_with_transformed_ops``' target swaps),
+every target is a functional OpOverload that is neither in the table nor
+CompositeImplicitAutograd, the re-trace replays each node as it is. What it still changes is
+modelled here without tracing the program (:func:`replay_program`): names renumbered in graph
+order by fx's namespace, two provenance levels in ``from_node``, ``original_aten`` (the
+dispatched op) and ``eager_input_vals`` as the tracer records them, param/buffer placeholder meta
+as ``_populate_param_buffer_metadata_to_new_gm`` writes it, a new graph signature and
+ExportedProgram. The nodes whose target was swapped since the last trace run once on fake values
+(their kernels may annotate ``custom``); every other node computes what it computed last time.
+Anything else runs the stock call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
+with the reason. Checked against stock's own call in tests/test_decompositions.py and
+``benches/decompositions.py --compare``.
+
+:func:`install` wraps ``_gen_edge_manager_for_partitioners`` (to know which calls belong to the
+stage) and ``ExportedProgram.run_decompositions`` (a pass-through outside the stage);
+:func:`uninstall` puts both back. The switch (``ARM_ACCEL=0``) is read per call.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import operator
+import threading
+import time
+import weakref
+from typing import Any
+
+import torch
+from torch import fx
+from torch.export import ExportedProgram
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    OutputSpec,
+    TensorArgument,
+)
+
+STATS_NAME = "to_edge.run_decompositions"
+
+#: The namespace ``_replace_aten_ops_with_transformed_ops`` moves preserved ops into.
+EDGE_NAMESPACE = "EDGE_DO_NOT_DECOMP"
+#: Namespaces of ops whose replay is modelled (checked against stock on the zoo).
+NAMESPACES_MODELLED = frozenset({"aten", "quantized_decomposed", "dim_order_ops", EDGE_NAMESPACE})
+#: Nodes without users the re-trace keeps (asserts); any other dead node declines.
+KEPT_WITHOUT_USERS = frozenset({"aten._assert_tensor_metadata.default"})
+USER_INPUT_META = frozenset({"desc", "tensor_meta", "val"})
+
+_lock = threading.Lock()
+_local = threading.local()
+_installed: dict[str, Any] = {}
+# replayed graph module -> the unlifted module's graph its provenance names by id(): kept alive
+# so that id stays unique, as it is while stock's trace runs
+_graph_ids: weakref.WeakKeyDictionary[fx.GraphModule, fx.Graph] = weakref.WeakKeyDictionary()
+
+
+class _Stage:
+    """One ``_gen_edge_manager_for_partitioners`` call: the last program a decomposition call
+    returned and a snapshot of its nodes (to prove the next input is that output)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.last: ExportedProgram | None = None
+        self.snapshot: list[tuple[fx.Node, Any, Any, Any]] = []
+
+    def swapped(self, ep: ExportedProgram) -> frozenset[str]:
+        """Names of the nodes whose target changed since :meth:`remember`."""
+        return frozenset(
+            n.name
+            for n, (_, target, _, _) in zip(ep.graph.nodes, self.snapshot, strict=True)
+            if n.target is not target
+        )
+
+    def remember(self, ep: ExportedProgram) -> None:
+        self.last = ep
+        self.snapshot = [(n, n.target, n.args, n.kwargs) for n in ep.graph.nodes]
+
+
+def _stage_stack() -> list[_Stage]:
+    stack = getattr(_local, "stages", None)
+    if stack is None:
+        stack = _local.stages = []
+    return stack
+
+
+def _edited_only_by_target_swaps(ep: ExportedProgram, stage: _Stage) -> str | None:
+    from executorch.exir.program._program import transform_op_to_aten_op
+
+    if ep is not stage.last:
+        return "input is not the previous call's output"
+    nodes = list(ep.graph.nodes)
+    if len(nodes) != len(stage.snapshot):
+        return "graph edited since the previous call"
+    for node, (old, target, args, kwargs) in zip(nodes, stage.snapshot, strict=True):
+        if node is not old or node.args is not args or node.kwargs is not kwargs:
+            return "graph edited since the previous call"
+        if (
+            node.target is not target
+            and transform_op_to_aten_op.get(str(node.target)) is not target
+        ):
+            return "graph edited since the previous call"
+    return None
+
+
+def _is_cia(op: torch._ops.OpOverload) -> bool:
+    return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
+
+
+def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
+    """Why the re-trace of ``ep`` with ``table`` may change more than :func:`replay_program`
+    models, or None. Assumes the graph came out of a re-trace (canonical args, functional)."""
+    sig = ep.graph_signature
+    if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
+        return "mutations or backward signature"
+    if sig.input_tokens or sig.output_tokens or ep.range_constraints:
+        return "tokens or symbolic shapes"
+    if any(
+        s.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.USER_INPUT)
+        for s in sig.input_specs
+    ):
+        return "lifted constants or custom objects"
+    if (
+        len(list(ep.graph_module.children()))
+        or ep.graph_module._buffers
+        or ep.graph_module._parameters
+    ):
+        return "graph module owns submodules or tensors"
+    outputs = ep.graph.output_node().args[0]
+    if not isinstance(outputs, (tuple, list)) or len(outputs) != len(sig.output_specs):
+        return "output not a flat tuple of the signature's outputs"
+    if any(type(s.arg) is not TensorArgument for s in sig.output_specs):
+        return "non-tensor output"
+    bases: set[str] = set()
+    seen_op = False
+    for node in ep.graph.nodes:
+        if node.op == "placeholder" and seen_op:
+            return "placeholder after an op"
+        seen_op = node.op != "placeholder"
+        if node.op in ("placeholder", "output"):
+            continue
+        if node.op != "call_function":
+            return f"{node.op} node"
+        target = node.target
+        if target is operator.getitem:
+            continue
+        if not isinstance(target, torch._ops.OpOverload):
+            return f"target {target} is not an OpOverload"
+        name = str(target)
+        if target.namespace not in NAMESPACES_MODELLED:
+            return f"namespace {target.namespace} not modelled"
+        if target in table:
+            return f"{name} in the decomposition table"
+        if target._schema.is_mutable:
+            return f"{name} is mutable"
+        if _is_cia(target):
+            return f"{name} is CompositeImplicitAutograd"
+        if not node.users and name not in KEPT_WITHOUT_USERS:
+            return "dead node"
+        if "original_aten" not in node.meta or "from_node" not in node.meta:
+            return "node meta without original_aten/from_node"
+        bases.add(target.overloadpacket.__name__)
+    for node in ep.graph.find_nodes(op="placeholder"):
+        base = node.name.rsplit("_", 1)[0] if node.name[-1:].isdigit() else node.name
+        if base in bases or node.name in bases:
+            return f"placeholder {node.name} shares a name with an op"
+    return None
+
+
+def _dispatched(target: Any) -> Any:
+    """The op object the tracer records: the one ``torch.ops`` holds now (defining more
+    EDGE_DO_NOT_DECOMP ops re-creates that namespace's objects, so a graph may hold an older
+    one)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return target
+    packet = getattr(getattr(torch.ops, target.namespace), target._schema.name.split("::")[1])
+    return getattr(packet, target._overloadname)
+
+
+def _replayed_meta(
+    old: fx.Node, source: fx.Node, target: Any, seq_nr: int, args: Any, kwargs: Any
+) -> dict[str, Any]:
+    """The meta the tracer gives the replay of ``source`` (``old``'s copy in ``ep.module()``),
+    in the tracer's key order: stack trace, the preserved fields (``copy.copy``), seq_nr,
+    eager input values, value and tensor meta."""
+    from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals, extract_val
+    from torch.fx.proxy import _COPY_META_FIELDS
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    current = dict(source.meta)
+    current["from_node"] = [
+        NodeSource(source, "Interpreter_PropagateUnbackedSymInts", NodeSourceAction.CREATE)
+    ]
+    if isinstance(target, torch._ops.OpOverload):  # set_original_aten_op at dispatch
+        current["original_aten"] = target
+    meta: dict[str, Any] = {}
+    if current.get("stack_trace"):
+        meta["stack_trace"] = current["stack_trace"]
+    for field in _COPY_META_FIELDS:
+        if field in current:
+            meta[field] = copy.copy(current[field])
+    meta["seq_nr"] = seq_nr
+    if _should_save_eager_input_vals(target, (args, kwargs)):
+
+        def value(v: Any) -> Any:
+            return extract_val(v.meta["val"]) if isinstance(v, fx.Node) else None
+
+        meta["eager_input_vals"] = fx.node.map_aggregate((args, kwargs), value)
+    for key in ("val", "tensor_meta"):
+        if key in old.meta:
+            meta[key] = old.meta[key]
+    return meta
+
+
+def _run_as_traced(old: fx.Node, source: fx.Node, target: Any) -> None:
+    """Run ``target`` on ``old``'s fake input values as the re-trace's first (metadata) pass
+    does: exporting, with ``source``'s meta as the current meta. A dynamo-disabled kernel on
+    its path annotates ``custom`` in place (``fx.traceback.annotate``), which the traced node
+    then copies; this reproduces that. Raises if the value differs from ``old``'s."""
+    from torch._export.utils import _compiling_state_context
+    from torch.fx import traceback as fx_traceback
+
+    def value(n: fx.Node) -> Any:
+        return n.meta["val"]
+
+    args, kwargs = fx.map_arg(old.args, value), fx.map_arg(old.kwargs, value)
+    expected = old.meta["val"]
+    with (
+        expected.fake_mode,
+        _compiling_state_context(),
+        fx_traceback.preserve_node_meta(),
+        fx_traceback.set_current_meta(source, "Interpreter_PropagateUnbackedSymInts"),
+    ):
+        got = target(*args, **kwargs)
+    same = (got.shape, got.dtype, got.stride()) == (
+        expected.shape,
+        expected.dtype,
+        expected.stride(),
+    )
+    if not same:
+        raise ValueError(f"{old.name}: value {got.shape} differs from the graph's")
+
+
+def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -> ExportedProgram:
+    """The program ``ep.run_decompositions(table)`` returns when :func:`decline_reason` is None,
+    built without tracing: stock's own unlift (``ep.module()``) gives the first provenance
+    level and the param/buffer metadata, the tracer's copy rules the rest. ``swapped`` names
+    the nodes whose target changed since the trace that made ``ep``: only they run (on fake
+    values, see :func:`_run_as_traced`); every other node would compute as last time."""
+    from torch._export.utils import _collect_param_buffer_metadata
+    from torch.export.exported_program import (
+        _get_updated_module_call_graph,
+        _get_updated_range_constraints,
+    )
+
+    mod = ep.module()
+    param_meta = _collect_param_buffer_metadata(mod)
+    for meta in param_meta.values():
+        meta.pop("nn_module_stack", None)
+        meta.pop("stack_trace", None)
+    sig = ep.graph_signature
+    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
+    by_name = {n.name: n for n in mod.graph.nodes}
+    seq_nr = torch.autograd._get_sequence_nr() - 1
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for old in ep.graph.nodes:
+        if old.op == "placeholder":
+            new = graph.placeholder(old.name)
+            if old.name in targets:  # _populate_param_buffer_metadata_to_new_gm
+                new.meta = dict(param_meta[targets[old.name]])
+            else:
+                new.meta = {k: v for k, v in old.meta.items() if k in USER_INPUT_META}
+        elif old.op == "call_function":
+            # fx's namespace renumbers the names in graph order, as in the traced graph
+            name = None if old.target is operator.getitem else old.target.overloadpacket.__name__
+            args = fx.map_arg(old.args, env.__getitem__)
+            kwargs = fx.map_arg(old.kwargs, env.__getitem__)
+            target = _dispatched(old.target)
+            if old.name in swapped:
+                _run_as_traced(old, by_name[old.name], target)
+            new = graph.create_node("call_function", target, args, kwargs, name)
+            new.meta = _replayed_meta(old, by_name[old.name], target, seq_nr, args, kwargs)
+        else:
+            new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
+            new.meta = {"from_node": by_name[old.name].meta["from_node"]}
+        env[old] = new
+    out = graph.output_node()
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    _graph_ids[gm] = mod.graph
+    new_sig = ExportGraphSignature(
+        input_specs=[copy.copy(s) for s in sig.input_specs],
+        output_specs=[
+            OutputSpec(s.kind, TensorArgument(node.name), s.target)
+            for s, node in zip(sig.output_specs, out.args[0], strict=True)
+        ],
+    )
+    gm.meta.update(ep.graph_module.meta)
+    return ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=new_sig,
+        state_dict=dict(ep.state_dict),
+        range_constraints=_get_updated_range_constraints(gm, ep.range_constraints),
+        module_call_graph=_get_updated_module_call_graph(
+            ep.graph_module, ep.graph_signature, gm, new_sig, ep.module_call_graph
+        ),
+        example_inputs=ep.example_inputs,
+        constants=ep.constants,
+    )
+
+
+def _decompose(
+    stage: _Stage, index: int, ep: ExportedProgram, table: Any, triton: bool, stock: Any
+) -> ExportedProgram:
+    """One decomposition call of the stage: replayed when provably a no-op, else stock."""
+    from arm_accel import stats, switch
+
+    if not switch.is_enabled():
+        return stock(ep, table, triton)
+    t0 = time.perf_counter()
+    if index == 0:
+        reason: str | None = "functionalization of the exported program (not a re-trace output)"
+    elif table is None or triton:
+        reason = "default table or decompose_custom_triton_ops"
+    else:
+        reason = _edited_only_by_target_swaps(ep, stage) or decline_reason(ep, table)
+    if reason is None:
+        try:
+            result = replay_program(ep, stage.swapped(ep))
+        except Exception as exc:  # never wrong: any surprise runs the stock call
+            reason = f"replay failed: {exc!r}"
+        else:
+            stats.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
+            return result
+    stats.record_fallback(STATS_NAME, reason)
+    result = stock(ep, table, triton)
+    stats.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=False, retraces=1)
+    return result
+
+
+def install() -> None:
+    """Wrap the stage and the method (idempotent). Raises ImportError without executorch."""
+    import executorch.exir.program._program as prog
+
+    with _lock:
+        if _installed:
+            return
+        stock_stage = prog._gen_edge_manager_for_partitioners
+        stock_method = ExportedProgram.run_decompositions
+
+        @functools.wraps(stock_stage)
+        def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
+            stack = _stage_stack()
+            stack.append(_Stage())
+            try:
+                return stock_stage(*args, **kwargs)
+            finally:
+                stack.pop()
+
+        @functools.wraps(stock_method)
+        def run_decompositions(
+            self: ExportedProgram,
+            decomp_table: dict[Any, Any] | None = None,
+            decompose_custom_triton_ops: bool = False,
+        ) -> ExportedProgram:
+            stack = _stage_stack()
+            if not stack:
+                return stock_method(self, decomp_table, decompose_custom_triton_ops)
+            stage = stack[-1]
+            stage.calls += 1
+            result = _decompose(
+                stage,
+                stage.calls - 1,
+                self,
+                decomp_table,
+                decompose_custom_triton_ops,
+                stock_method,
+            )
+            stage.remember(result)
+            return result
+
+        prog._gen_edge_manager_for_partitioners = _gen_edge_manager_for_partitioners
+        ExportedProgram.run_decompositions = run_decompositions  # type: ignore[method-assign]
+        _installed.update(
+            module=prog,
+            stage=(stock_stage, _gen_edge_manager_for_partitioners),
+            method=(stock_method, run_decompositions),
+        )
+
+
+def uninstall() -> None:
+    """Put the stock function and method back (only where ours is still installed)."""
+    with _lock:
+        if not _installed:
+            return
+        prog = _installed["module"]
+        stock_stage, ours_stage = _installed["stage"]
+        stock_method, ours_method = _installed["method"]
+        if prog._gen_edge_manager_for_partitioners is ours_stage:
+            prog._gen_edge_manager_for_partitioners = stock_stage
+        if ExportedProgram.__dict__.get("run_decompositions") is ours_method:
+            ExportedProgram.run_decompositions = stock_method  # type: ignore[method-assign]
+        _installed.clear()
+
+
+def installed() -> bool:
+    return bool(_installed)
+
+
+def install_safely() -> str:
+    """:func:`install` for the activation: never raises; returns what happened (for status)."""
+    try:
+        install()
+    except Exception as exc:
+        return f"skipped: {exc!r}"
+    return "installed"

@@ -1,0 +1,219 @@
+"""Issue 17: the edge stage's ``run_decompositions`` calls that would return their input are
+replayed without tracing (arm_accel.edge.decompositions). Every test compares with stock's own
+call in the same process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import arm_accel
+import fuzz_models as fm
+import pytest
+import torch
+from arm_accel import models, stats, switch
+from arm_accel.edge import decompositions
+from arm_accel.edge.compare import assert_programs_equal, program_differences
+from arm_accel.testing import assert_graphs_equal
+from hypothesis import given
+from torch.export import ExportedProgram
+
+
+@contextmanager
+def edge_stage_output() -> Iterator[list[ExportedProgram]]:
+    """Record the program ``_gen_edge_manager_for_partitioners`` hands to
+    ``_generate_edge_program``: the edge stage's result after its decompositions."""
+    import executorch.exir.program._program as prog
+
+    seen: list[ExportedProgram] = []
+    original = prog._generate_edge_program
+
+    def recording(config: Any, program: ExportedProgram, *args: Any, **kwargs: Any) -> Any:
+        seen.append(program)
+        return original(config, program, *args, **kwargs)
+
+    prog._generate_edge_program = recording
+    try:
+        yield seen
+    finally:
+        prog._generate_edge_program = original
+
+
+def _accelerated() -> int:
+    return int(stats.snapshot().get(decompositions.STATS_NAME, {}).get("accelerated", 0))
+
+
+@pytest.fixture(scope="module")
+def active() -> None:
+    import executorch.backends.arm._passes  # noqa: F401  (the activation's trigger)
+
+    arm_accel.enable()
+    assert decompositions.installed(), arm_accel.status().get("edge_decompositions")
+
+
+def test_lowering_equals_stock(active: None) -> None:
+    """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
+    edge stage's program equals stock's (graph with every meta key, signature, state dict,
+    constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, or if
+    one was replayed with acceleration off."""
+    model, inputs, mode = models.build("dscnnkws")
+    exported = models.export_for_arm(model, inputs, mode)
+    before = _accelerated()
+    with arm_accel.disabled(), edge_stage_output() as stock_programs:
+        stock_bytes = models.tosa_bytes(models.lower(exported, mode))
+    assert _accelerated() == before, "the fast path ran with acceleration off"
+    with edge_stage_output() as ours_programs:
+        ours_bytes = models.tosa_bytes(models.lower(exported, mode))
+    assert _accelerated() > before, "no run_decompositions call was replayed"
+    assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
+    (stock,), (ours,) = stock_programs, ours_programs
+    assert_graphs_equal(stock.graph_module, ours.graph_module)
+    assert stock.graph_signature == ours.graph_signature
+    assert list(stock.state_dict) == list(ours.state_dict)
+    assert all(stock.state_dict[k] is ours.state_dict[k] for k in stock.state_dict)
+    assert list(stock.constants) == list(ours.constants)
+    assert_programs_equal(stock, ours)
+    assert stock_bytes and ours_bytes == stock_bytes
+
+
+class _Tiny(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(x + 1).sum(dim=1)
+
+
+def _functional_tiny() -> ExportedProgram:
+    return torch.export.export(_Tiny(), (torch.randn(2, 3),)).run_decompositions({})
+
+
+def test_replay_equals_stock_call_on_tiny_program() -> None:
+    """A re-trace output with no table target: the replay equals stock's call with that table
+    (every meta key, names, signature); the decision declines once a target is in the table."""
+    ep = _functional_tiny()
+    table: dict[Any, Any] = {}
+    assert decompositions.decline_reason(ep, table) is None
+    stock = ep.run_decompositions(table)  # outside the edge stage: always stock's call
+    assert program_differences(stock, decompositions.replay_program(ep)) == []
+    add = torch.ops.aten.add.Tensor
+    assert (
+        decompositions.decline_reason(ep, {add: None})
+        == "aten.add.Tensor in the decomposition table"
+    )
+
+
+def test_outside_the_edge_stage_is_stock(active: None) -> None:
+    """``run_decompositions`` called by user code (not from the edge stage) runs stock's and
+    records nothing."""
+    ep = _functional_tiny()
+    calls = stats.calls_of(decompositions.STATS_NAME)
+    out = ep.run_decompositions({})
+    assert stats.calls_of(decompositions.STATS_NAME) == calls
+    assert [n.name for n in out.graph.nodes] == [n.name for n in ep.graph.nodes]
+
+
+def test_uninstall_restores_stock(active: None) -> None:
+    """uninstall puts executorch's function and torch's method back; install re-wraps them."""
+    import executorch.exir.program._program as prog
+
+    ours_method = ExportedProgram.run_decompositions
+    ours_stage = prog._gen_edge_manager_for_partitioners
+    decompositions.uninstall()
+    try:
+        assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
+        assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
+    finally:
+        decompositions.install()
+    assert decompositions.installed()
+
+
+def _fallbacks() -> dict[str, int]:
+    return dict(stats.snapshot().get(decompositions.STATS_NAME, {}).get("fallbacks", {}))
+
+
+class _TinyLinear(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x))
+
+
+def test_replay_failure_runs_stock(active: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tiny FP model lowered with the replay forced to fail: the stock call runs instead, the
+    failure is counted with its reason, and the TOSA bytes equal a stock lowering's."""
+    torch.manual_seed(0)
+    exported = torch.export.export(_TinyLinear().eval(), (torch.randn(2, 4),))
+    with arm_accel.disabled():
+        stock_bytes = models.tosa_bytes(models.lower(exported, "FP"))
+
+    def broken(*args: Any, **kwargs: Any) -> ExportedProgram:
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(decompositions, "replay_program", broken)
+    before = _fallbacks()
+    ours_bytes = models.tosa_bytes(models.lower(exported, "FP"))
+    reason = "replay failed: RuntimeError('injected')"
+    assert _fallbacks().get(reason, 0) == before.get(reason, 0) + 1
+    assert ours_bytes == stock_bytes
+
+
+def test_edited_input_declines() -> None:
+    """The proof that a call's input is the previous call's output fails once a node's args
+    change, or when the input is another program."""
+    ep = _functional_tiny()
+    stage = decompositions._Stage()
+    stage.remember(ep)
+    assert decompositions._edited_only_by_target_swaps(ep, stage) is None
+    assert stage.swapped(ep) == frozenset()
+    other = _functional_tiny()
+    assert decompositions._edited_only_by_target_swaps(other, stage) == (
+        "input is not the previous call's output"
+    )
+    add = next(n for n in ep.graph.nodes if n.target is torch.ops.aten.add.Tensor)
+    add.args = (add.args[0], 2)
+    assert decompositions._edited_only_by_target_swaps(ep, stage) == (
+        "graph edited since the previous call"
+    )
+
+
+def _edge_stage(program: ExportedProgram, mode: str, accelerated: bool) -> ExportedProgram:
+    """The edge stage alone (``_gen_edge_manager_for_partitioners``), with acceleration on or
+    off; the edge-dialect program it produces."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir.program._program import _gen_edge_manager_for_partitioners
+
+    previous = switch.set_enabled(accelerated)
+    try:
+        edge = _gen_edge_manager_for_partitioners(
+            {"forward": [models.partitioner(mode)]}, {"forward": program}, EdgeCompileConfig(), None
+        )
+    finally:
+        switch.set_enabled(previous)
+    return edge.exported_program()
+
+
+@fm.fuzz_settings()
+@given(spec=fm.specs())
+def test_random_models_edge_stage_equals_stock(active: None, spec: fm.Spec) -> None:
+    """Random models (tests/fuzz_models.py), FP and INT, each exported twice: the edge stage
+    with acceleration off and on gives equal programs (every meta key; tensors by value, stack
+    traces without the generated-code counter); ``ARM_ACCEL_FUZZ=long`` runs the long profile.
+    Exceptions must match."""
+    fm.log_example(spec)
+    for mode in ("FP", "INT"):
+        results = []
+        for accelerated in (False, True):
+            model, inputs = fm.build(spec)
+            with switch.disabled():
+                program = models.export_for_arm(model, inputs, mode)
+            try:
+                results.append(_edge_stage(program, mode, accelerated))
+            except Exception as exc:  # noqa: BLE001 - compared with the other side's
+                results.append(exc)
+        stock, ours = results
+        if isinstance(stock, Exception) or isinstance(ours, Exception):
+            assert type(stock) is type(ours), f"{mode}: stock {stock!r}, accelerated {ours!r}"
+            continue
+        diffs = program_differences(stock, ours, separately_exported=True)
+        assert diffs == [], f"{mode}: {diffs[:5]}"
