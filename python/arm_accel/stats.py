@@ -62,7 +62,9 @@ def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0)
     mine = getattr(_thread, "calls", None)
     if mine is None:
         mine = _thread.calls = Counter()
+        _thread.accelerated = Counter()
     mine[name] += 1
+    _thread.accelerated[name] += int(accelerated)
     with _lock:
         s = _get(name)
         s.calls += 1
@@ -123,6 +125,12 @@ def calls_of(name: str) -> int:
 def calls_in_this_thread(name: str) -> int:
     """Calls of ``name`` recorded by the calling thread since it started (unaffected by reset)."""
     mine = getattr(_thread, "calls", None)
+    return 0 if mine is None else mine[name]
+
+
+def accelerated_in_this_thread(name: str) -> int:
+    """Accelerated calls of ``name`` recorded by the calling thread (unaffected by reset)."""
+    mine = getattr(_thread, "accelerated", None)
     return 0 if mine is None else mine[name]
 
 
