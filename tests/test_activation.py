@@ -343,6 +343,7 @@ class AccelRawBoom(AcceleratedPass, FakeStock):
         mul.meta["val"] = "changed"
         mul.meta.pop("stack_trace", None)
         mul.name = "renamed"
+        mul.target = torch.sub  # stock's edits retarget nodes in place
         x.users.clear()  # users order broken by hand
         x.users.update(dict.fromkeys(reversed(list(new.users) + [new])))
         raise RuntimeError("boom")
@@ -383,7 +384,7 @@ def test_disabled_runs_stock(clean_stats) -> None:
 
 def test_checkpoint_restores_raw_fx_edits(clean_stats, lenient) -> None:
     """A checkpointed journal undoes edits made with fx directly (nodes created, erased,
-    renamed, moved, meta rewritten in place, users reordered): the stock pass gets the same
+    renamed, retargeted, meta rewritten in place, users reordered): the stock pass gets the same
     nodes, names, args, meta, users order and name counters; fresh nodes get the same names."""
     gm = torch.fx.symbolic_trace(_Model())
     for n in gm.graph.nodes:

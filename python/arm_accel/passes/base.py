@@ -205,11 +205,12 @@ class GraphJournal:
     def checkpoint(self) -> None:
         """Record the whole graph as it is now, for edits made outside the journal (stock's own
         edit methods, fx's DCE, a virtual re-trace, nested passes): ``rollback`` then restores
-        every node recorded here -- order, name, args, kwargs, meta, users order -- revives the
-        erased ones and erases every node created since. O(nodes), once per journal."""
+        every node recorded here -- order, name, op, target, args, kwargs, meta, users order --
+        revives the erased ones and erases every node created since. O(nodes), once per
+        journal."""
         self._snapshot_names()
         self._checkpoint = [
-            (n, n.name, n.args, n.kwargs, n.meta, dict(n.meta), list(n.users))
+            (n, n.name, n.args, n.kwargs, n.meta, dict(n.meta), list(n.users), n.op, n.target)
             for n in self.graph.nodes
         ]
 
@@ -235,7 +236,9 @@ class GraphJournal:
             root = graph._root
             for node in order:
                 root.prepend(node)  # appends at the end, in recorded order
-        for node, name, _args, _kwargs, meta, meta_items, users in saved:
+        for node, name, _args, _kwargs, meta, meta_items, users, op, target in saved:
+            if node.op != op or node.target is not target:  # stock edits retarget in place
+                node.op, node.target = op, target  # (fx updates its find_nodes index)
             node.name = name
             meta.clear()  # values may be tensors: restore rather than compare
             meta.update(meta_items)
