@@ -311,6 +311,44 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     )
 
 
+@pytest.mark.parametrize("max_scans", [propagate.MAX_SCANS_PER_RUN, 2])
+def test_misprediction_rolls_back_and_runs_stock(
+    lowering: Lowering, max_scans: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The between-scan model's values are corrupted (dtype of its first value write) in every
+    run: the check catches it -- at the closing re-trace of runs to the fixed point, and before
+    the last scan of runs that stop early (``max_scans`` 2) -- the call rolls back and runs stock
+    (graphs equal stock's), counted as ``misprediction``; strict, it raises."""
+    import torch
+
+    monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
+    hits: Counter[str] = Counter()
+    mirror = scan_plan.mirror_retrace
+
+    def corrupt(graph: Any, nodes: Any, between: Any) -> None:
+        mirror(graph, nodes, between)
+        for i, _shape, _base in between[2][:1]:
+            node = nodes[i]
+            node.meta["val"] = node.meta["val"].to(torch.float64)
+            hits["hit"] += 1
+
+    monkeypatch.setattr(scan_plan, "mirror_retrace", corrupt)
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
+    records = [r for n in PROPAGATION for r in lowering.inputs_of(n)]
+    _replay(lowering, records, hits)
+    assert hits["hit"], "no run of the captured calls wrote a modelled value"
+    assert _fallbacks("misprediction") > 0, stats.snapshot()
+    MATRIX[f"misprediction (max {max_scans} scans/run)", "propagation"] = (
+        f"ok {_fallbacks('misprediction')}/{hits['hit']}"
+    )
+    # Strict: the first corrupted call raises.
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    hits.clear()
+    with tosa_context(lowering.records), pytest.raises(propagate.Misprediction):
+        for record in records:
+            as_class(record.pass_instance, _classes(record)[1]).call(record.fresh_graph())
+
+
 def test_zz_print_matrix() -> None:
     """Prints the matrix the cells above filled (fallbacks counted / faults hit)."""
     if not MATRIX:

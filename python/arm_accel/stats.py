@@ -25,7 +25,8 @@ class PassStats:
     scans_native: int = 0
     scans_declined: Counter[str] = field(default_factory=Counter)
     #: Runs of natively planned scans (the re-trace between a run's scans modelled), and the
-    #: values the model got wrong (checked at the run's closing re-trace; should stay 0).
+    #: values, dead nodes and users orders the model got wrong (checked against a virtual
+    #: re-trace on every run that read modelled values; each such run falls back; should stay 0).
     scan_runs: int = 0
     shape_mismatches: int = 0
 

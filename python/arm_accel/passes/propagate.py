@@ -99,6 +99,11 @@ class Misprediction(RuntimeError):
     the re-trace: the scans after it decided on a graph stock never saw."""
 
 
+class RunUnverifiable(Exception):  # noqa: N818 - a decline, raised mid-call
+    """A run read modelled values the virtual re-trace cannot check (a real re-trace would
+    hide a misprediction): roll back and run stock, even when strict."""
+
+
 class AbortCall(BaseException):  # noqa: N818 - a control-flow signal, not an error
     """Carries a failure out of an in-loop fusion to the propagation call's rollback: derived
     from ``BaseException`` so that the fusion's own ``except Exception`` fallback does not
@@ -118,6 +123,8 @@ def _failure_reason(exc: BaseException) -> str:
         exc = exc.error
     if isinstance(exc, Misprediction):
         return "misprediction"
+    if isinstance(exc, RunUnverifiable):
+        return f"run not verifiable: {exc}"
     where = getattr(exc, "_arm_accel_stage", None) or "call"
     return f"{where} failed: {type(exc).__name__}"
 
@@ -330,13 +337,13 @@ class _AcceleratedPropagation:
             _state.call_flags.pop(id(self), None)
             journal.rollback()
             stats.record_fallback(self._stock_name, reason)
-            if switch.strict():
+            if switch.strict() and not isinstance(error, RunUnverifiable):
                 raise error from None
-            logger.warning(
-                "%s: accelerated call failed (%s: %s); graph restored, stock pass runs",
+            logger.info(
+                "%s: accelerated call failed (%s); graph restored, stock pass runs",
                 self._stock_name,
                 reason,
-                error,
+                exc_info=True,
             )
             return super().call(graph_module), reason  # type: ignore[misc]
         finally:
@@ -432,7 +439,7 @@ class _AcceleratedPropagation:
                 tracker.apply(check=check)
         except VirtualRetraceUnsupported as exc:
             if check:  # a real re-trace would hide what the model got wrong
-                raise Misprediction(f"run not verifiable: {exc}") from exc
+                raise RunUnverifiable(str(exc)) from exc
             stats.record_fallback(self._stock_name, f"virtual retrace: {exc}")
             logger.info("%s: real re-trace (%s)", self._stock_name, exc)
             with stage("real re-trace"):
@@ -447,7 +454,7 @@ class _AcceleratedPropagation:
             try:
                 tracker.apply(check=True)
             except VirtualRetraceUnsupported as exc:
-                raise Misprediction(f"run not verifiable: {exc}") from exc
+                raise RunUnverifiable(str(exc)) from exc
         self._raise_mispredictions(tracker)
 
     def _raise_mispredictions(self, tracker: VirtualRetracer) -> None:
