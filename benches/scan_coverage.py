@@ -63,11 +63,16 @@ def checked_scans(
         original_apply(pass_, nodes, edits)
 
     def run_scans(
-        pass_: Any, graph_module: fx.GraphModule, name: str, cache: Any = None, max_scans: int = 1
+        pass_: Any,
+        graph_module: fx.GraphModule,
+        name: str,
+        cache: Any = None,
+        max_scans: int = 1,
+        **kwargs: Any,
     ) -> scan_plan.ScanRun | None:
         reference = copy.deepcopy(graph_module)
         before = stats.snapshot().get(name, {}).get("scans_declined", {})
-        run = original(pass_, graph_module, name, cache, max_scans)
+        run = original(pass_, graph_module, name, cache, max_scans, **kwargs)
         if run is None:
             after = stats.snapshot()[name]["scans_declined"]
             for reason, n in after.items():  # type: ignore[union-attr]

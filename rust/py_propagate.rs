@@ -4,6 +4,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::dims::{self, DimError};
+use crate::python::guarded;
 
 fn dim_err(e: DimError) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -42,49 +43,63 @@ struct PyViewMap {
 impl PyViewMap {
     #[new]
     fn new(source_shape: &Bound<'_, PyAny>, target_shape: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let source = int_list(source_shape, "source_shape")?;
-        let target = int_list(target_shape, "target_shape")?;
-        let inner = dims::ViewMap::from_shapes(&source, &target).map_err(dim_err)?;
-        Ok(Self { inner })
+        guarded("ViewMap.new", || {
+            let source = int_list(source_shape, "source_shape")?;
+            let target = int_list(target_shape, "target_shape")?;
+            let inner = dims::ViewMap::from_shapes(&source, &target).map_err(dim_err)?;
+            Ok(Self { inner })
+        })
     }
 
     #[getter]
-    fn is_valid_map(&self) -> bool {
-        self.inner.is_valid_map()
+    fn is_valid_map(&self) -> PyResult<bool> {
+        guarded("ViewMap.is_valid_map", || Ok(self.inner.is_valid_map()))
     }
 
     #[getter]
-    fn source_shape(&self) -> Vec<i64> {
-        self.inner.source_shape.clone()
+    fn source_shape(&self) -> PyResult<Vec<i64>> {
+        guarded("ViewMap.source_shape", || {
+            Ok(self.inner.source_shape.clone())
+        })
     }
 
     #[getter]
-    fn target_shape(&self) -> Vec<i64> {
-        self.inner.target_shape.clone()
+    fn target_shape(&self) -> PyResult<Vec<i64>> {
+        guarded("ViewMap.target_shape", || {
+            Ok(self.inner.target_shape.clone())
+        })
     }
 
     fn source_to_target_axes(&self) -> PyResult<Vec<Vec<usize>>> {
-        self.inner.source_to_target_axes().map_err(dim_err)
+        guarded("ViewMap.source_to_target_axes", || {
+            self.inner.source_to_target_axes().map_err(dim_err)
+        })
     }
 
     fn map_source_dims_to_target_axes(
         &self,
         source_dims: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Vec<usize>>> {
-        let d = dims_arg(source_dims, "source_dims")?;
-        self.inner
-            .map_source_dims_to_target_axes(&d)
-            .map_err(dim_err)
+        guarded("ViewMap.map_source_dims_to_target_axes", || {
+            let d = dims_arg(source_dims, "source_dims")?;
+            self.inner
+                .map_source_dims_to_target_axes(&d)
+                .map_err(dim_err)
+        })
     }
 
     fn map_dim(&self, source_dims: &Bound<'_, PyAny>) -> PyResult<Option<Vec<usize>>> {
-        let d = dims_arg(source_dims, "source_dims")?;
-        self.inner.map_dim(&d).map_err(dim_err)
+        guarded("ViewMap.map_dim", || {
+            let d = dims_arg(source_dims, "source_dims")?;
+            self.inner.map_dim(&d).map_err(dim_err)
+        })
     }
 
     fn map_dim_inverse(&self, target_dims: &Bound<'_, PyAny>) -> PyResult<Option<Vec<usize>>> {
-        let d = dims_arg(target_dims, "target_dims")?;
-        self.inner.map_dim_inverse(&d).map_err(dim_err)
+        guarded("ViewMap.map_dim_inverse", || {
+            let d = dims_arg(target_dims, "target_dims")?;
+            self.inner.map_dim_inverse(&d).map_err(dim_err)
+        })
     }
 
     fn map_reduction_after_view(
@@ -92,35 +107,45 @@ impl PyViewMap {
         source_shape: &Bound<'_, PyAny>,
         source_dims: &Bound<'_, PyAny>,
     ) -> PyResult<Option<dims::ReductionAfterView>> {
-        let s = int_list(source_shape, "source_shape")?;
-        let d = dims_arg(source_dims, "source_dims")?;
-        self.inner.map_reduction_after_view(&s, &d).map_err(dim_err)
+        guarded("ViewMap.map_reduction_after_view", || {
+            let s = int_list(source_shape, "source_shape")?;
+            let d = dims_arg(source_dims, "source_dims")?;
+            self.inner.map_reduction_after_view(&s, &d).map_err(dim_err)
+        })
     }
 
     fn map_reduction_before_view(
         &self,
         target_dims: &Bound<'_, PyAny>,
     ) -> PyResult<Option<dims::ReductionBeforeView>> {
-        let d = dims_arg(target_dims, "target_dims")?;
-        self.inner.map_reduction_before_view(&d).map_err(dim_err)
+        guarded("ViewMap.map_reduction_before_view", || {
+            let d = dims_arg(target_dims, "target_dims")?;
+            self.inner.map_reduction_before_view(&d).map_err(dim_err)
+        })
     }
 
     fn map_permutation(&self, permutation: &Bound<'_, PyAny>) -> PyResult<Option<Vec<usize>>> {
-        let p = int_list(permutation, "permutation")?;
-        self.inner.map_permutation(&p).map_err(dim_err)
+        guarded("ViewMap.map_permutation", || {
+            let p = int_list(permutation, "permutation")?;
+            self.inner.map_permutation(&p).map_err(dim_err)
+        })
     }
 
     fn map_permutation_inverse(
         &self,
         permutation: &Bound<'_, PyAny>,
     ) -> PyResult<Option<Vec<usize>>> {
-        let p = int_list(permutation, "permutation")?;
-        self.inner.map_permutation_inverse(&p).map_err(dim_err)
+        guarded("ViewMap.map_permutation_inverse", || {
+            let p = int_list(permutation, "permutation")?;
+            self.inner.map_permutation_inverse(&p).map_err(dim_err)
+        })
     }
 
     fn remap_target_shape(&self, source_shape: &Bound<'_, PyAny>) -> PyResult<Option<Vec<i64>>> {
-        let s = int_list(source_shape, "source_shape")?;
-        self.inner.remap_target_shape(&s).map_err(dim_err)
+        guarded("ViewMap.remap_target_shape", || {
+            let s = int_list(source_shape, "source_shape")?;
+            self.inner.remap_target_shape(&s).map_err(dim_err)
+        })
     }
 
     #[pyo3(signature = (producer_shape, slice_dim, start, end, step=None))]
@@ -132,20 +157,22 @@ impl PyViewMap {
         end: &Bound<'_, PyAny>,
         step: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<dims::UnitSlice>> {
-        let shape = int_list(producer_shape, "producer_shape")?;
-        let step = match step {
-            Some(s) => int_arg(s, "step")?,
-            None => 1,
-        };
-        self.inner
-            .remap_unit_slice(
-                &shape,
-                int_arg(slice_dim, "slice_dim")?,
-                int_arg(start, "start")?,
-                int_arg(end, "end")?,
-                step,
-            )
-            .map_err(dim_err)
+        guarded("ViewMap.remap_unit_slice", || {
+            let shape = int_list(producer_shape, "producer_shape")?;
+            let step = match step {
+                Some(s) => int_arg(s, "step")?,
+                None => 1,
+            };
+            self.inner
+                .remap_unit_slice(
+                    &shape,
+                    int_arg(slice_dim, "slice_dim")?,
+                    int_arg(start, "start")?,
+                    int_arg(end, "end")?,
+                    step,
+                )
+                .map_err(dim_err)
+        })
     }
 }
 
@@ -159,24 +186,32 @@ struct PyPermuteMap {
 impl PyPermuteMap {
     #[new]
     fn new(permute_dims: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let p = int_list(permute_dims, "permute_dims")?;
-        let inner = dims::PermuteMap::new(&p).map_err(dim_err)?;
-        Ok(Self { inner })
+        guarded("PermuteMap.new", || {
+            let p = int_list(permute_dims, "permute_dims")?;
+            let inner = dims::PermuteMap::new(&p).map_err(dim_err)?;
+            Ok(Self { inner })
+        })
     }
 
     #[getter]
-    fn permute_dims(&self) -> Vec<usize> {
-        self.inner.permute_dims.clone()
+    fn permute_dims(&self) -> PyResult<Vec<usize>> {
+        guarded("PermuteMap.permute_dims", || {
+            Ok(self.inner.permute_dims.clone())
+        })
     }
 
     fn map_dims(&self, dims: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-        let d = dims_arg(dims, "dims")?;
-        self.inner.map_dims(&d).map_err(dim_err)
+        guarded("PermuteMap.map_dims", || {
+            let d = dims_arg(dims, "dims")?;
+            self.inner.map_dims(&d).map_err(dim_err)
+        })
     }
 
     fn map_dims_inverse(&self, dims: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
-        let d = dims_arg(dims, "dims")?;
-        self.inner.map_dims_inverse(&d).map_err(dim_err)
+        guarded("PermuteMap.map_dims_inverse", || {
+            let d = dims_arg(dims, "dims")?;
+            self.inner.map_dims_inverse(&d).map_err(dim_err)
+        })
     }
 }
 

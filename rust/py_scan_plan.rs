@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
 use crate::propagate::{self, ArgValue, Between, Config, Direction, Edit, RunInput, ScanInput};
-use crate::python::{checked_array, slice, Borrowed};
+use crate::python::{checked_array, guarded, slice, Borrowed};
 
 fn array<'py, T: Element>(
     obj: &Bound<'py, PyAny>,
@@ -153,17 +153,19 @@ fn plan_propagation_scan<'py>(
     direction: &str,
     tosa: bool,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let cfg = Config {
-        direction: self::direction(direction)?,
-        tosa,
-    };
-    let columns = Columns::new(table, target_extra, special, form)?;
-    let input = columns.input();
-    let result = py.detach(|| propagate::plan_scan_checked(&input, cfg))?;
-    match result {
-        Ok(plan) => ("plan", plan.modified, edit_list(py, &plan.edits)?).into_pyobject(py),
-        Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
-    }
+    guarded("plan_propagation_scan", || {
+        let cfg = Config {
+            direction: self::direction(direction)?,
+            tosa,
+        };
+        let columns = Columns::new(table, target_extra, special, form)?;
+        let input = columns.input();
+        let result = py.detach(|| propagate::plan_scan_checked(&input, cfg))?;
+        match result {
+            Ok(plan) => ("plan", plan.modified, edit_list(py, &plan.edits)?).into_pyobject(py),
+            Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
+        }
+    })
 }
 
 /// Plans up to `max_scans` consecutive stock scans, modelling the re-trace between them.
@@ -184,37 +186,39 @@ fn plan_propagation_run<'py>(
     tosa: bool,
     max_scans: usize,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let cfg = Config {
-        direction: self::direction(direction)?,
-        tosa,
-    };
-    if max_scans == 0 {
-        return Err(PyValueError::new_err("max_scans: expected at least 1"));
-    }
-    let columns = Columns::new(table, target_extra, special, form)?;
-    let retrace = array::<u8>(retrace, "retrace", "uint8")?;
-    let input = RunInput {
-        scan: columns.input(),
-        retrace: slice(&retrace),
-    };
-    let result = py.detach(|| propagate::plan_run_checked(&input, cfg, max_scans))?;
-    match result {
-        Ok(run) => {
-            let scans = run
-                .scans
-                .iter()
-                .map(|s| {
-                    let after = match &s.after {
-                        Some(b) => Some(between_tuple(py, b)?),
-                        None => None,
-                    };
-                    (s.modified, edit_list(py, &s.edits)?, after).into_pyobject(py)
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            ("plan", PyList::new(py, scans)?, run.fixed_point).into_pyobject(py)
+    guarded("plan_propagation_run", || {
+        let cfg = Config {
+            direction: self::direction(direction)?,
+            tosa,
+        };
+        if max_scans == 0 {
+            return Err(PyValueError::new_err("max_scans: expected at least 1"));
         }
-        Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
-    }
+        let columns = Columns::new(table, target_extra, special, form)?;
+        let retrace = array::<u8>(retrace, "retrace", "uint8")?;
+        let input = RunInput {
+            scan: columns.input(),
+            retrace: slice(&retrace),
+        };
+        let result = py.detach(|| propagate::plan_run_checked(&input, cfg, max_scans))?;
+        match result {
+            Ok(run) => {
+                let scans = run
+                    .scans
+                    .iter()
+                    .map(|s| {
+                        let after = match &s.after {
+                            Some(b) => Some(between_tuple(py, b)?),
+                            None => None,
+                        };
+                        (s.modified, edit_list(py, &s.edits)?, after).into_pyobject(py)
+                    })
+                    .collect::<PyResult<Vec<_>>>()?;
+                ("plan", PyList::new(py, scans)?, run.fixed_point).into_pyobject(py)
+            }
+            Err(d) => ("decline", d.reason, d.node).into_pyobject(py),
+        }
+    })
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

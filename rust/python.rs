@@ -1,12 +1,39 @@
 //! PyO3 bindings: convert numpy arrays and errors, call the kernels with the GIL released.
 //! No graph logic lives here.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
 use numpy::{Element, PyArray1, PyReadonlyArray1};
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::table::{NodeTable, TableError};
+
+// A Rust panic inside a kernel. pyo3's own `PanicException` derives from `BaseException` and
+// would escape every `except Exception` fallback; this one is a `RuntimeError`, so the fallbacks
+// handle it like any other failure.
+pyo3::create_exception!(
+    _native,
+    NativePanic,
+    PyRuntimeError,
+    "A Rust panic inside a native kernel; the message names the kernel."
+);
+
+/// Runs `body` (one binding's whole work), turning a panic into `NativePanic("{kernel}: ...")`.
+/// Every `#[pyfunction]` and method of the native module goes through here.
+pub(crate) fn guarded<T>(kernel: &str, body: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_string());
+        Err(NativePanic::new_err(format!(
+            "native kernel {kernel} panicked: {message}"
+        )))
+    })
+}
 
 impl From<TableError> for PyErr {
     fn from(e: TableError) -> PyErr {
@@ -108,20 +135,22 @@ impl<'py> Borrowed<'py> {
 /// Validates a table and returns its counts as a dict; raises ValueError naming the field.
 #[pyfunction]
 fn table_counts<'py>(py: Python<'py>, table: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    let b = Borrowed::new(table)?;
-    let view = b.view();
-    let counts = py.detach(|| view.validate().map(|_| view.counts()))?;
-    let d = PyDict::new(py);
-    d.set_item("nodes", counts.nodes)?;
-    d.set_item("input_edges", counts.input_edges)?;
-    d.set_item("user_edges", counts.user_edges)?;
-    d.set_item("constants", counts.constants)?;
-    d.set_item("symbolic", counts.symbolic)?;
-    d.set_item("int48", counts.int48)?;
-    d.set_item("non_tensor", counts.non_tensor)?;
-    d.set_item("opaque_args", counts.opaque_args)?;
-    d.set_item("feeds_output", counts.feeds_output)?;
-    Ok(d)
+    guarded("table_counts", || {
+        let b = Borrowed::new(table)?;
+        let view = b.view();
+        let counts = py.detach(|| view.validate().map(|_| view.counts()))?;
+        let d = PyDict::new(py);
+        d.set_item("nodes", counts.nodes)?;
+        d.set_item("input_edges", counts.input_edges)?;
+        d.set_item("user_edges", counts.user_edges)?;
+        d.set_item("constants", counts.constants)?;
+        d.set_item("symbolic", counts.symbolic)?;
+        d.set_item("int48", counts.int48)?;
+        d.set_item("non_tensor", counts.non_tensor)?;
+        d.set_item("opaque_args", counts.opaque_args)?;
+        d.set_item("feeds_output", counts.feeds_output)?;
+        Ok(d)
+    })
 }
 
 /// A CSR pair of int64 arrays: (ptr, flat).
@@ -135,17 +164,19 @@ fn collect_chains<'py>(
     table: &Bound<'py, PyAny>,
     member_mask: u32,
 ) -> PyResult<CsrPair<'py>> {
-    let b = Borrowed::new(table)?;
-    let view = b.view();
-    let res = py.detach(|| {
-        view.validate()?;
-        Ok::<_, TableError>(crate::chains::collect_chains(&view, member_mask))
-    })?;
-    let chains = res.map_err(|e| PyValueError::new_err(format!("decline: {e}")))?;
-    Ok((
-        PyArray1::from_vec(py, chains.ptr),
-        PyArray1::from_vec(py, chains.nodes),
-    ))
+    guarded("collect_chains", || {
+        let b = Borrowed::new(table)?;
+        let view = b.view();
+        let res = py.detach(|| {
+            view.validate()?;
+            Ok::<_, TableError>(crate::chains::collect_chains(&view, member_mask))
+        })?;
+        let chains = res.map_err(|e| PyValueError::new_err(format!("decline: {e}")))?;
+        Ok((
+            PyArray1::from_vec(py, chains.ptr),
+            PyArray1::from_vec(py, chains.nodes),
+        ))
+    })
 }
 
 /// Borrows the int64 `group_key` array (one key per target code) of the duplicate-user kernels.
@@ -186,10 +217,12 @@ fn duplicate_user_candidates<'py>(
     table: &Bound<'py, PyAny>,
     group_key: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<i64>>> {
-    let out = with_group_keys(py, table, group_key, |view, keys| {
-        crate::worklist::duplicate_user_candidates(view, keys)
-    })?;
-    Ok(PyArray1::from_vec(py, out))
+    guarded("duplicate_user_candidates", || {
+        let out = with_group_keys(py, table, group_key, |view, keys| {
+            crate::worklist::duplicate_user_candidates(view, keys)
+        })?;
+        Ok(PyArray1::from_vec(py, out))
+    })
 }
 
 /// Interned user signatures (int64 per node; -1 not grouped, -2 opaque) from the table's
@@ -200,13 +233,15 @@ fn user_signatures<'py>(
     table: &Bound<'py, PyAny>,
     group_key: &Bound<'py, PyAny>,
 ) -> PyResult<CsrPair<'py>> {
-    let s = with_group_keys(py, table, group_key, |view, keys| {
-        crate::signature::user_signatures(view, keys)
-    })?;
-    Ok((
-        PyArray1::from_vec(py, s.code),
-        PyArray1::from_vec(py, s.candidates),
-    ))
+    guarded("user_signatures", || {
+        let s = with_group_keys(py, table, group_key, |view, keys| {
+            crate::signature::user_signatures(view, keys)
+        })?;
+        Ok((
+            PyArray1::from_vec(py, s.code),
+            PyArray1::from_vec(py, s.candidates),
+        ))
+    })
 }
 
 /// Per-node constant membership (bool array) from the table's CONSTANT flags.
@@ -215,19 +250,30 @@ fn constant_mask<'py>(
     py: Python<'py>,
     table: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyArray1<bool>>> {
-    let b = Borrowed::new(table)?;
-    let view = b.view();
-    let set = py.detach(|| {
-        view.validate()?;
-        Ok::<_, TableError>(crate::membership::constant_set(&view))
-    })?;
-    let mask: Vec<bool> = (0..set.len()).map(|i| set.contains(i)).collect();
-    Ok(PyArray1::from_vec(py, mask))
+    guarded("constant_mask", || {
+        let b = Borrowed::new(table)?;
+        let view = b.view();
+        let set = py.detach(|| {
+            view.validate()?;
+            Ok::<_, TableError>(crate::membership::constant_set(&view))
+        })?;
+        let mask: Vec<bool> = (0..set.len()).map(|i| set.contains(i)).collect();
+        Ok(PyArray1::from_vec(py, mask))
+    })
+}
+
+/// Test-only: panics inside the binding guard, so tests can check that a panic reaches Python
+/// as `NativePanic` and that the passes' fallbacks handle it. Never called by the package.
+#[pyfunction]
+fn _test_panic(message: &str) -> PyResult<()> {
+    guarded("_test_panic", || panic!("{message}"))
 }
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("NativePanic", m.py().get_type::<NativePanic>())?;
+    m.add_function(wrap_pyfunction!(_test_panic, m)?)?;
     m.add_function(wrap_pyfunction!(table_counts, m)?)?;
     m.add_function(wrap_pyfunction!(collect_chains, m)?)?;
     m.add_function(wrap_pyfunction!(duplicate_user_candidates, m)?)?;

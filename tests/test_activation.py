@@ -320,6 +320,35 @@ class AccelBoom(AcceleratedPass, FakeStock):
         raise RuntimeError("boom")
 
 
+class AccelRawBoom(AcceleratedPass, FakeStock):
+    """Edits the graph behind the journal's back (as stock's own methods do) after a
+    checkpoint: creates, erases, moves, renames, rewires, rewrites meta in place; then fails."""
+
+    def accel_plan(self, graph_module):
+        return list(graph_module.graph.nodes)
+
+    def accel_apply(self, graph_module, plan, journal):
+        journal.checkpoint()
+        graph = graph_module.graph
+        x = plan[0]
+        add = next(n for n in plan if "add" in n.name)
+        relu = next(n for n in plan if n.target is torch.relu)
+        mul = next(n for n in plan if "mul" in n.name)
+        with graph.inserting_after(x):
+            new = graph.call_function(torch.neg, (x,))
+            graph.call_function(torch.abs, (new,))
+        relu.replace_all_uses_with(new)
+        graph.erase_node(relu)
+        graph.erase_node(add)  # its only user is gone
+        mul.meta["val"] = "changed"
+        mul.meta.pop("stack_trace", None)
+        mul.name = "renamed"
+        mul.target = torch.sub  # stock's edits retarget nodes in place
+        x.users.clear()  # users order broken by hand
+        x.users.update(dict.fromkeys(reversed(list(new.users) + [new])))
+        raise RuntimeError("boom")
+
+
 class AccelDecline(AcceleratedPass, FakeStock):
     def accel_plan(self, graph_module):
         raise Decline("symbolic shapes")
@@ -353,7 +382,38 @@ def test_disabled_runs_stock(clean_stats) -> None:
     assert s["calls"] == 1 and s["accelerated"] == 0 and s["fallbacks"] == {}
 
 
-def test_apply_failure_restores_graph_and_runs_stock(clean_stats, caplog) -> None:
+def test_checkpoint_restores_raw_fx_edits(clean_stats, lenient) -> None:
+    """A checkpointed journal undoes edits made with fx directly (nodes created, erased,
+    renamed, retargeted, meta rewritten in place, users reordered): the stock pass gets the same
+    nodes, names, args, meta, users order and name counters; fresh nodes get the same names."""
+    gm = torch.fx.symbolic_trace(_Model())
+    for n in gm.graph.nodes:
+        n.meta["val"] = n.name
+    state, code = _graph_state(gm), gm.code
+    ns = gm.graph._graph_namespace
+    names_before = (dict(ns._base_count), set(ns._used_names))
+    res = AccelRawBoom().call(gm)
+    assert res == {"stock": True, "code": code}
+    assert _graph_state(gm) == state
+    assert (dict(ns._base_count), set(ns._used_names)) == names_before
+    gm.graph.lint()
+    assert len(gm.graph.find_nodes(op="call_function", target=torch.relu)) == 1
+    assert arm_accel.stats()["FakeStock"]["fallbacks"] == {"apply failed: RuntimeError": 1}
+
+
+def test_strict_raises_after_rollback(clean_stats, monkeypatch) -> None:
+    """``ARM_ACCEL_STRICT=1``: an apply failure raises (after the rollback) instead of running
+    stock; a Decline still runs stock."""
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    gm = torch.fx.symbolic_trace(_Model())
+    state = _graph_state(gm)
+    with pytest.raises(RuntimeError, match="boom"):
+        AccelBoom().call(gm)
+    assert _graph_state(gm) == state
+    assert AccelDecline().call(gm)["stock"] is True
+
+
+def test_apply_failure_restores_graph_and_runs_stock(clean_stats, caplog, lenient) -> None:
     gm = torch.fx.symbolic_trace(_Model())
     state, code = _graph_state(gm), gm.code
     ns = gm.graph._graph_namespace

@@ -5,8 +5,10 @@ the TOSA quantizer) and taken through the edge-dialect stage of ``to_edge_transf
 once (none of our passes runs there), then ``to_backend`` runs twice on deep copies of that
 edge program: with acceleration off and on, in this process. Every call of the five accelerated
 passes records the graph it returns; the two lowerings must record the same calls with equal
-graphs (``assert_graphs_equal``) and end in equal TOSA bytes. When the stock lowering raises,
-the accelerated one must raise the same type.
+graphs (``assert_graphs_equal``) and end in equal TOSA bytes, and the accelerated lowering must
+have run some call accelerated (``stats()``: not stock twice, e.g. without the activation hook)
+and fallen back only by declining (no failure, no misprediction; the suite runs strict). When
+the stock lowering raises, the accelerated one must raise the same type.
 
 CI runs the ``fuzz-ci`` hypothesis profile; ``ARM_ACCEL_FUZZ=long`` runs ``fuzz-long`` (2000
 examples, see the README). Failures found by hypothesis are kept below as named regressions.
@@ -15,6 +17,7 @@ examples, see the README). Failures found by hypothesis are kept below as named 
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -110,16 +113,43 @@ def check_spec(spec: Spec, modes: tuple[str, ...] = ("FP", "INT")) -> None:
         except Exception:  # noqa: BLE001 - no pass of ours ran: both lowerings would raise it
             continue
         stock = lower_once(edge, mode, accelerated=False)
-        before = _shape_mismatches()
+        before = stats.snapshot()
         ours = lower_once(edge, mode, accelerated=True)
         compare(stock, ours, mode)
-        # Equal output is not enough: the between-scan model must also have predicted every
-        # value the closing re-traces computed.
-        assert _shape_mismatches() == before, f"{mode}: the between-scan model mispredicted"
+        assert_fast_path_ran(before, stats.snapshot(), ours, mode)
 
 
-def _shape_mismatches() -> int:
-    return sum(int(s.get("shape_mismatches", 0)) for s in stats.snapshot().values())  # type: ignore[call-overload]
+def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> Counter[str]:
+    """Per pass (``key`` an int field) or per pass and reason (a dict field): after - before."""
+    out: Counter[str] = Counter()
+    for name, s in after.items():
+        old = before.get(name, {}).get(key, 0 if not isinstance(s[key], dict) else {})
+        if isinstance(s[key], dict):
+            for reason, n in s[key].items():
+                out[f"{name}: {reason}"] += n - old.get(reason, 0)
+        else:
+            out[name] += s[key] - old
+    return +out
+
+
+def assert_fast_path_ran(
+    before: dict[str, Any], after: dict[str, Any], ours: Outcome, mode: str
+) -> None:
+    """Equal output is not enough: some call of ours ran accelerated, none fell back for a
+    failure or a misprediction, and the between-scan model predicted every value the closing
+    re-traces computed."""
+    if ours.error is not None or not ours.calls:
+        return
+    assert sum(_delta(before, after, "accelerated").values()) > 0, (
+        f"{mode}: no call ran accelerated (is the activation hook installed?)"
+    )
+    unexpected = [
+        r
+        for r in _delta(before, after, "fallbacks")
+        if "failed" in r or "misprediction" in r or "strict" in r
+    ]
+    assert not unexpected, f"{mode}: unexpected fallbacks {unexpected}"
+    assert not _delta(before, after, "shape_mismatches"), f"{mode}: the model mispredicted"
 
 
 def compare(stock: Outcome, ours: Outcome, mode: str) -> None:
@@ -165,8 +195,15 @@ def test_compare_catches_a_different_graph() -> None:
     edge = edge_stage(models.export_for_arm(model, inputs, "FP"), "FP")
     stock = lower_once(edge, "FP", accelerated=False)
     assert stock.error is None and stock.calls, "the five passes never ran"
+    before = stats.snapshot()
     ours = lower_once(edge, "FP", accelerated=True)
     compare(stock, ours, "FP")
+    assert_fast_path_ran(before, stats.snapshot(), ours, "FP")
+    # A lowering with acceleration off fails the fast-path check.
+    before = stats.snapshot()
+    again = lower_once(edge, "FP", accelerated=False)
+    with pytest.raises(AssertionError, match="no call ran accelerated"):
+        assert_fast_path_ran(before, stats.snapshot(), again, "FP")
     # Tamper with one recorded graph: an extra node must be reported.
     name, gm = ours.calls[-1]
     gm = copy.deepcopy(gm)

@@ -31,8 +31,13 @@ def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
 
 
 def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
+    """Every captured propagation call: ours equals stock (graph, ``modified``), with no more
+    re-traces, and ran accelerated (a call that fell back would compare stock with stock)."""
+    from arm_accel import stats
+
     records = [r for r in captured if r.pass_name in PASS_NAMES]
     assert records, "the lowering did not call the propagation passes"
+    stats.reset()
     for record in records:
         stock_instance = record.pass_instance
         # The activation hook may have swapped ours in: take the stock class explicitly.
@@ -47,6 +52,10 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
         assert ra.modified == rb.modified
         assert_graphs_equal(ra.graph_module, rb.graph_module)
         assert our_retraces.count <= stock_retraces.count
+    snap = stats.snapshot()
+    for name in {r.pass_name for r in records}:
+        ours_calls = sum(r.pass_name == name for r in records)
+        assert snap[name]["accelerated"] == ours_calls, (name, snap[name])
 
 
 def _lower(name: str, ours: bool) -> list[bytes]:
@@ -304,7 +313,8 @@ def test_upstream_modules() -> None:
     assert snapshot["PropagateViewCopyPermuteDownPass"]["accelerated"] > 0
     assert snapshot["PropagateViewCopyPermuteUpPass"]["accelerated"] > 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ARM_ACCEL_DIFFERENTIAL "))
-    assert json.loads(line.removeprefix("ARM_ACCEL_DIFFERENTIAL "))["compared"] > 0
+    diff = json.loads(line.removeprefix("ARM_ACCEL_DIFFERENTIAL "))
+    assert diff["compared"] > 0 and diff["not_copyable"] == 0, diff
 
 
 def test_fusion_tracker_is_per_thread() -> None:

@@ -507,8 +507,38 @@ def test_bad_direction_is_a_value_error() -> None:
         _native.plan_propagation_scan(table, extra, special, form, "sideways", True)
 
 
+def _fake_permute_relu() -> fx.GraphModule:
+    """``_permute_relu`` with fake-tensor values, as a lowering has them (the accelerated
+    call declines graphs without)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    gm = _permute_relu()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    for node in gm.graph.nodes:
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            node.meta["val"] = mode.from_tensor(node.meta["val"])
+    return gm
+
+
+def _call_falls_back(reason: str) -> None:
+    """A whole accelerated propagation call on ``_fake_permute_relu`` gives stock's graph,
+    counted as one fallback with ``reason``; strict, it raises."""
+    stock_gm, ours_gm, strict_gm = _fake_permute_relu(), _fake_permute_relu(), _fake_permute_relu()
+    with _tosa():
+        expected = propagate._StockDown().call(stock_gm)
+        stats.reset()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("ARM_ACCEL_STRICT", "0")
+            got = Down().call(ours_gm)
+        with pytest.raises(Exception):  # noqa: B017 - whatever the injected failure raises
+            Down().call(strict_gm)
+    assert_graphs_equal(expected.graph_module, got.graph_module)
+    entry = stats.snapshot()["PropagateViewCopyPermuteDownPass"]
+    assert entry["accelerated"] == 0 and entry["fallbacks"] == {reason: 2}, entry
+
+
 def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An exporter bug (malformed columns) declines the scan instead of failing the pass."""
+    """An exporter bug (malformed columns) rolls the call back and runs stock."""
     original = scan_plan.export_scan_input
 
     def corrupt(*args: Any) -> Any:
@@ -516,9 +546,10 @@ def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPa
         return table, extra, special, form[:-1]
 
     monkeypatch.setattr(scan_plan, "export_scan_input", corrupt)
-    with _tosa():
-        key, _ = _one_scan(Down(), _permute_relu())
-    assert key == "declined: planner rejected its input"
+    with pytest.raises(ValueError, match="'form'"):
+        with _tosa():
+            scan_plan.run_scan(Down(), _permute_relu(), "test")
+    _call_falls_back("plan failed: ValueError")
 
 
 def test_graph_without_call_nodes_is_planned() -> None:
@@ -533,16 +564,28 @@ def test_graph_without_call_nodes_is_planned() -> None:
         assert scan_plan.run_scan(Down(), gm, "test") is False
 
 
-def test_exporter_error_declines_the_scan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any exporter exception declines the scan (stock's walk runs it) instead of failing."""
+def test_exporter_error_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any exporter exception rolls the call back and runs stock (strict: raises)."""
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("exporter bug")
 
     monkeypatch.setattr(scan_plan, "export_scan_input", broken)
-    with _tosa():
-        key, _ = _one_scan(Down(), _permute_relu())
-    assert key == "declined: export failed: RuntimeError"
+    _call_falls_back("plan failed: RuntimeError")
+
+
+def test_native_panic_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Rust panic in the planner reaches Python as ``NativePanic`` (an ``Exception``, not
+    pyo3's ``BaseException``) naming the kernel; the call rolls back and runs stock."""
+    with pytest.raises(_native.NativePanic, match="_test_panic panicked: boom"):
+        _native._test_panic("boom")
+    assert issubclass(_native.NativePanic, RuntimeError)
+
+    def panicking(*args: Any) -> Any:
+        _native._test_panic("injected planner panic")
+
+    monkeypatch.setattr(_native, "plan_propagation_run", panicking)
+    _call_falls_back("plan failed: NativePanic")
 
 
 def test_retrace_column_marks_impure_nodes_and_kept_values() -> None:

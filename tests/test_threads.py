@@ -181,6 +181,7 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
     stats.reset()
     sequential = [_lower(p, m) for p, m in jobs]
     sequential_calls = _calls()
+    sequential_stats = stats.snapshot()
 
     stats.reset()
     results: list[Any] = [None, None]
@@ -198,11 +199,71 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
         th.join()
     concurrent_calls = _calls()
 
+    concurrent_stats = stats.snapshot()
+
     for k in range(2):
         assert not isinstance(results[k], BaseException), results[k]
         assert results[k] == sequential[k], f"model {'AB'[k]}: TOSA bytes differ under threads"
     assert sequential_calls and all(sequential_calls.values()), sequential_calls
     assert concurrent_calls == sequential_calls
+    # The fast path ran under threads (not stock twice), and fell back exactly where the
+    # sequential lowerings did.
+    for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
+        assert concurrent_stats[name]["accelerated"] > 0, (name, concurrent_stats[name])
+    assert {n: s["fallbacks"] for n, s in concurrent_stats.items()} == {
+        n: s["fallbacks"] for n, s in sequential_stats.items()
+    }
+
+
+def test_disabled_is_scoped_to_its_thread() -> None:
+    """``with disabled():`` in one thread leaves another thread accelerated while the block is
+    open (the switch used to be process-wide); ``set_enabled`` inside the block changes the
+    block only. Checked by each thread's own accelerated-call count."""
+    from arm_accel.passes.base import AcceleratedPass
+
+    class Stock:
+        def call(self, graph_module: Any) -> str:
+            return "stock"
+
+    class Accel(AcceleratedPass, Stock):
+        accel_name = "ScopedSwitchPass"
+
+        def accel_plan(self, graph_module: Any) -> None:
+            return None
+
+        def accel_apply(self, graph_module: Any, plan: Any, journal: Any) -> str:
+            return "accelerated"
+
+    inside, done = threading.Barrier(2), threading.Barrier(2)
+    seen: dict[str, Any] = {}
+
+    def off() -> None:
+        with switch.disabled():
+            inside.wait()  # the other thread runs while this block is open
+            seen["off"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+            switch.set_enabled(True)  # the block's own setting...
+            seen["off_reenabled"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+            switch.set_enabled(False)
+            done.wait()
+        seen["off_accelerated"] = stats.accelerated_in_this_thread("ScopedSwitchPass")
+
+    def on() -> None:
+        inside.wait()
+        seen["on"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+        seen["on_enabled"] = switch.is_enabled()
+        done.wait()
+        seen["on_accelerated"] = stats.accelerated_in_this_thread("ScopedSwitchPass")
+
+    assert switch.is_enabled()
+    threads = [threading.Thread(target=off), threading.Thread(target=on)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert seen["off"] == "stock" and seen["off_reenabled"] == "accelerated"
+    assert seen["on"] == "accelerated" and seen["on_enabled"] is True
+    assert seen["off_accelerated"] == 1 and seen["on_accelerated"] == 1
+    assert switch.is_enabled()  # ...never leaked out of it
 
 
 def test_stats_totals_under_threads() -> None:

@@ -8,8 +8,9 @@ every call of ours first runs the pure stock class on a deep copy of the same in
 same instance state, and our result must equal stock's (``assert_graphs_equal``, same
 ``modified``, or the same exception type and message).
 
-At the end it prints the ``arm_accel.stats`` lines and the differential counts, so the caller
-can check our classes ran and were compared.
+A call whose input cannot be deep-copied cannot be compared: it is counted (``not_copyable``)
+and fails the session. At the end it prints the ``arm_accel.stats`` lines and the differential
+counts, so the caller can check our classes ran and were compared.
 """
 
 from __future__ import annotations
@@ -87,8 +88,11 @@ def pytest_configure(config: object) -> None:
         setattr(generic, name, generic_ours)
 
 
-def pytest_sessionfinish(session: object, exitstatus: int) -> None:
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     from arm_accel import stats
 
     print("\nARM_ACCEL_STATS " + json.dumps(stats.snapshot()))
     print("ARM_ACCEL_DIFFERENTIAL " + json.dumps(_DIFF))
+    if _DIFF["not_copyable"]:
+        print(f"ERROR: {_DIFF['not_copyable']} call(s) could not be compared (input not copyable)")
+        session.exitstatus = 1

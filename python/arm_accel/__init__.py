@@ -5,7 +5,8 @@ Installing the wheel is enough: ``arm_accel_hook.pth`` swaps the accelerated pas
 import-light (it is imported at interpreter start-up by that ``.pth``): the native extension and
 everything else load lazily.
 
-Controls: env ``ARM_ACCEL=0``; :func:`enable`, :func:`disable`, :func:`disabled`;
+Controls: env ``ARM_ACCEL=0``; :func:`enable`, :func:`disable` (process-wide default);
+``with disabled():`` / ``with enabled():`` (this thread only); env ``ARM_ACCEL_STRICT=1``;
 :func:`stats` for per-pass counters; :func:`status` for what the activation did.
 """
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from arm_accel import stats
-    from arm_accel.switch import disabled, is_enabled
+    from arm_accel.switch import disabled, enabled, is_enabled
 
     __version__: str
 
@@ -24,6 +25,7 @@ __all__ = [
     "disable",
     "disabled",
     "enable",
+    "enabled",
     "is_enabled",
     "reset_stats",
     "stats",
@@ -41,7 +43,8 @@ def enable(force: bool = False) -> None:
 
 
 def disable() -> None:
-    """Turn acceleration off: swapped-in passes run pure stock behaviour from their next call."""
+    """Turn acceleration off: swapped-in passes run pure stock behaviour from their next call
+    (in every thread; inside a ``with disabled()/enabled()`` block, for that block only)."""
     from arm_accel import switch
 
     switch.set_enabled(False)
@@ -68,7 +71,7 @@ def __getattr__(name: str) -> "Any":
         import arm_accel.stats as _stats
 
         return _stats
-    if name in ("disabled", "is_enabled"):
+    if name in ("disabled", "enabled", "is_enabled"):
         from arm_accel import switch
 
         value = getattr(switch, name)

@@ -165,3 +165,9 @@ def plan_propagation_run(
     nothing; otherwise re-trace before planning on. A first scan that cannot be decided is
     ``("decline", reason, node)``. Raises ValueError on malformed input or ``max_scans < 1``.
     """
+
+class NativePanic(RuntimeError):
+    """A Rust panic inside a native kernel (message: ``native kernel NAME panicked: ...``)."""
+
+def _test_panic(message: str) -> None:
+    """Test-only: panics inside the binding guard; raises :class:`NativePanic`."""

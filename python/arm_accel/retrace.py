@@ -239,20 +239,25 @@ class VirtualRetracer:
         nodes too, and so must we keep them (they are users later decisions count).
         ``arm_pass``: the re-tracing pass is an ``ArmPass`` (its ``call_operator`` keeps the old
         shape for quantized ops without a fake kernel); a plain ``ExportPass`` fake-runs them.
-        ``check``: count in ``self.mismatches`` the recomputed values whose shape differs from
-        the value they had (the between-scan model claims to have written every new shape).
+        ``check``: count in ``self.mismatches`` what the graph held that the re-trace changes
+        -- nodes the DCE erases, recomputed values whose shape, dtype or strides differ from
+        the value they had, users dicts not in graph order (the between-scan model claims to
+        have written all three as the re-trace leaves them).
         """
         from torch._dispatch.python import enable_python_dispatcher
 
         graph = self.graph_module.graph
+        self.mismatches = 0
         if prologue:
+            before = len(graph.nodes) if check else 0
             graph.eliminate_dead_code()
             graph.lint()
+            if check:
+                self.mismatches += before - len(graph.nodes)
         self._arm_pass = arm_pass
         seen = self._seen
         changed: set[fx.Node] = set()
         recomputed = 0
-        self.mismatches = 0
         nodes = list(graph.nodes)
         fake_mode = self.fake_mode
         prev_allow = fake_mode.allow_non_fake_inputs
@@ -293,20 +298,20 @@ class VirtualRetracer:
                     # edit wrote since: compare with that.
                     if old is None or not _same_tensor_meta(old[2], new_val):
                         changed.add(node)
-                    if (
-                        check
-                        and isinstance(old_val, torch.Tensor)
-                        and isinstance(new_val, torch.Tensor)
-                        and old_val.shape != new_val.shape
-                    ):
+                    if check and not _same_tensor_meta(old_val, new_val):
                         self.mismatches += 1
         finally:
             fake_mode.allow_non_fake_inputs = prev_allow
         # A re-trace creates users front to back: users dicts are in graph order.
+        before_users = [list(node.users) for node in nodes] if check else []
         for node in nodes:
             node.users.clear()
         for node in nodes:
             for inp in node._input_nodes:
                 inp.users[node] = None
+        if check:
+            self.mismatches += sum(
+                old != list(node.users) for old, node in zip(before_users, nodes, strict=True)
+            )
         self.snapshot()
         return recomputed

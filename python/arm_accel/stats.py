@@ -25,7 +25,8 @@ class PassStats:
     scans_native: int = 0
     scans_declined: Counter[str] = field(default_factory=Counter)
     #: Runs of natively planned scans (the re-trace between a run's scans modelled), and the
-    #: values the model got wrong (checked at the run's closing re-trace; should stay 0).
+    #: values, dead nodes and users orders the model got wrong (checked against a virtual
+    #: re-trace on every run that read modelled values; each such run falls back; should stay 0).
     scan_runs: int = 0
     shape_mismatches: int = 0
 
@@ -62,7 +63,9 @@ def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0)
     mine = getattr(_thread, "calls", None)
     if mine is None:
         mine = _thread.calls = Counter()
+        _thread.accelerated = Counter()
     mine[name] += 1
+    _thread.accelerated[name] += int(accelerated)
     with _lock:
         s = _get(name)
         s.calls += 1
@@ -133,6 +136,12 @@ def calls_of(name: str) -> int:
 def calls_in_this_thread(name: str) -> int:
     """Calls of ``name`` recorded by the calling thread since it started (unaffected by reset)."""
     mine = getattr(_thread, "calls", None)
+    return 0 if mine is None else mine[name]
+
+
+def accelerated_in_this_thread(name: str) -> int:
+    """Accelerated calls of ``name`` recorded by the calling thread (unaffected by reset)."""
+    mine = getattr(_thread, "accelerated", None)
     return 0 if mine is None else mine[name]
 
 

@@ -1,19 +1,28 @@
-"""The global on/off switch of arm-accel, consulted by accelerated passes at call time.
+"""The on/off switch of arm-accel, consulted by accelerated passes at call time.
 
 Accelerated pass classes stay installed once the hook has swapped them in; whether they take the
 accelerated path is decided per call by :func:`is_enabled`. When it returns False a pass must run
 pure stock behaviour (:class:`arm_accel.passes.base.AcceleratedPass` does this for you).
 
-The initial state comes from the environment variable ``ARM_ACCEL`` (``0``/``false``/``off``/``no``
-turn acceleration off). Imports only ``os`` so that it is cheap.
+A process-wide default comes from the environment variable ``ARM_ACCEL``
+(``0``/``false``/``off``/``no`` turn acceleration off). ``with disabled():`` / ``with enabled():``
+override it for the current thread (context) only: one thread's block never switches another
+thread's lowering. :func:`set_enabled` changes the innermost override of the calling context, or
+the process-wide default outside any block.
+
+``ARM_ACCEL_STRICT=1`` (read per call, see :func:`strict`) makes an unexpected failure of the
+accelerated path (an exception, a value the between-scan model mispredicted) raise instead of
+falling back to stock; declines (what the fast path does not model) still fall back. The test
+suite runs strict. Imports only the standard library so that it is cheap.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 _OFF_VALUES = frozenset({"0", "false", "off", "no"})
 
@@ -24,28 +33,53 @@ def env_enabled(environ: dict[str, str] | None = None) -> bool:
     return value.strip().lower() not in _OFF_VALUES
 
 
-_enabled: bool = env_enabled()
+_default: bool = env_enabled()
 _lock = threading.Lock()
+# Per context (a new thread starts with none): a one-element list, so set_enabled can change
+# the innermost block's value without a token.
+_override: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "arm_accel_enabled", default=None
+)
 
 
 def is_enabled() -> bool:
-    """Whether accelerated passes should take the accelerated path right now."""
-    return _enabled
+    """Whether accelerated passes should take the accelerated path right now, in this thread."""
+    cell = _override.get()
+    return _default if cell is None else cell[0]
 
 
 def set_enabled(value: bool) -> bool:
-    """Set the switch; returns the previous value."""
-    global _enabled
+    """Set the switch of the innermost ``disabled()``/``enabled()`` block of this context, or the
+    process-wide default outside any; returns the previous value."""
+    global _default
+    cell = _override.get()
+    if cell is not None:
+        previous, cell[0] = cell[0], bool(value)
+        return previous
     with _lock:
-        previous, _enabled = _enabled, bool(value)
+        previous, _default = _default, bool(value)
     return previous
 
 
 @contextmanager
-def disabled() -> Iterator[None]:
-    """Run the body with acceleration off (stock behaviour), restoring the previous state."""
-    previous = set_enabled(False)
+def _scoped(value: bool) -> Iterator[None]:
+    token = _override.set([value])
     try:
         yield
     finally:
-        set_enabled(previous)
+        _override.reset(token)
+
+
+def disabled() -> AbstractContextManager[None]:
+    """Run the body with acceleration off (stock behaviour) in this thread only."""
+    return _scoped(False)
+
+
+def enabled() -> AbstractContextManager[None]:
+    """Run the body with acceleration on in this thread only."""
+    return _scoped(True)
+
+
+def strict() -> bool:
+    """``ARM_ACCEL_STRICT=1``: unexpected failures of the accelerated path raise."""
+    return os.environ.get("ARM_ACCEL_STRICT", "").strip().lower() in ("1", "true", "on", "yes")

@@ -33,7 +33,10 @@ and register it in ``arm_accel.passes.REGISTRY``::
   rolls the journal back (graph, node order, metadata and node-name counters restored) and runs the
   stock ``call`` on the restored graph;
 - records calls / accelerated runs / fallbacks with reasons / re-traces (``self.note_retrace()``)
-  / seconds in :mod:`arm_accel.stats` under the stock class name.
+  / seconds in :mod:`arm_accel.stats` under the stock class name;
+- with ``ARM_ACCEL_STRICT=1`` (:func:`arm_accel.switch.strict`) an exception other than a
+  :class:`Decline` is re-raised after the rollback instead of falling back (the test suite runs
+  strict, so a bug cannot hide behind a silent fallback).
 
 Stock behaviour is ``StockClass.call(self, gm)``, with ``StockClass`` the first non-accelerated
 class in the MRO. For it to be *pure* stock behaviour the accelerated class must not override the
@@ -45,7 +48,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import torch.fx
@@ -59,6 +63,17 @@ _MISSING = object()
 
 class Decline(Exception):  # noqa: N818 - a control-flow signal, not an error
     """Raised by ``accel_plan`` to run the stock pass instead; the message is the reason."""
+
+
+@contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Tag an exception leaving the block with the stage it failed in (the innermost wins)."""
+    try:
+        yield
+    except Exception as exc:
+        if getattr(exc, "_arm_accel_stage", None) is None:
+            exc._arm_accel_stage = name  # type: ignore[attr-defined]
+        raise
 
 
 class GraphJournal:
@@ -76,6 +91,7 @@ class GraphJournal:
         self._undo: list[Callable[[], None]] = []
         self._to_erase: list[torch.fx.Node] = []
         self._namespace: tuple[Any, ...] | None = None
+        self._checkpoint: list[tuple[Any, ...]] | None = None
         self.done = False
 
     # -- node creation ---------------------------------------------------------------------
@@ -186,6 +202,52 @@ class GraphJournal:
         """Register the undo of an edit made some other way (e.g. a new attribute on the module)."""
         self._undo.append(fn)
 
+    def checkpoint(self) -> None:
+        """Record the whole graph as it is now, for edits made outside the journal (stock's own
+        edit methods, fx's DCE, a virtual re-trace, nested passes): ``rollback`` then restores
+        every node recorded here -- order, name, op, target, args, kwargs, meta, users order --
+        revives the erased ones and erases every node created since. O(nodes), once per
+        journal."""
+        self._snapshot_names()
+        self._checkpoint = [
+            (n, n.name, n.args, n.kwargs, n.meta, dict(n.meta), list(n.users), n.op, n.target)
+            for n in self.graph.nodes
+        ]
+
+    def _restore_checkpoint(self, saved: list[tuple[Any, ...]]) -> None:
+        graph = self.graph
+        kept = {entry[0] for entry in saved}
+        created = [n for n in graph.nodes if n not in kept]
+        for node in created:  # detach first: new nodes may use each other
+            node.args, node.kwargs = (), {}
+        for node, *_ in saved:
+            if node._erased:  # back into the graph; its place is set by the relink below
+                node._prev = node._next = node  # erase_node leaves stale neighbours
+                node._erased = False
+                graph._len += 1
+                graph._find_nodes_lookup_table.insert(node)
+        for node, _name, args, kwargs, *_ in saved:
+            if node.args is not args or node.kwargs is not kwargs:
+                node.args, node.kwargs = args, kwargs
+        for node in created:
+            graph.erase_node(node)
+        order = [entry[0] for entry in saved]
+        if list(graph.nodes) != order:
+            root = graph._root
+            for node in order:
+                root.prepend(node)  # appends at the end, in recorded order
+        for node, name, _args, _kwargs, meta, meta_items, users, op, target in saved:
+            if node.op != op or node.target is not target:  # stock edits retarget in place
+                node.op, node.target = op, target  # (fx updates its find_nodes index)
+            node.name = name
+            meta.clear()  # values may be tensors: restore rather than compare
+            meta.update(meta_items)
+            node.meta = meta
+            if list(node.users) != users:
+                node.users.clear()
+                node.users.update(dict.fromkeys(users))
+        self.graph_module.recompile()
+
     # -- outcome ---------------------------------------------------------------------------
     def commit(self, *, lint: bool = False, recompile: bool = True) -> None:
         doomed = {n for n in self._to_erase if not n._erased}
@@ -209,7 +271,16 @@ class GraphJournal:
         """Undo every edit, newest first, and restore the node-name counters."""
         if self.done:
             raise RuntimeError("journal already committed")
-        errors = []
+        errors: list[Exception] = []
+        if self._checkpoint is not None:
+            # The checkpoint covers every journaled edit too; undo closures of nodes it erases
+            # would only find them erased already.
+            self._undo.clear()
+            try:
+                self._restore_checkpoint(self._checkpoint)
+            except Exception as exc:
+                errors.append(exc)
+            self._checkpoint = None
         while self._undo:
             fn = self._undo.pop()
             try:
@@ -252,6 +323,9 @@ class AcceleratedPass:
 
     #: Stats key; defaults to the stock class name.
     accel_name: ClassVar[str | None] = None
+    #: Whether the driver recompiles when it commits (passes that re-trace or recompile
+    #: themselves, as their stock ``call`` does, say False).
+    accel_recompile: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -300,17 +374,23 @@ class AcceleratedPass:
         except Exception as exc:
             reason = f"plan failed: {type(exc).__name__}"
             logger.debug("arm_accel: %s plan failed", name, exc_info=True)
+            if switch.strict():
+                stats.record_fallback(name, f"strict: {reason}")
+                raise
         else:
             journal = GraphJournal(graph_module)
             try:
                 result = self.accel_apply(graph_module, plan, journal)
                 if not journal.done:
-                    journal.commit()
+                    journal.commit(recompile=self.accel_recompile)
             except Exception as exc:
                 reason = f"apply failed: {type(exc).__name__}"
                 logger.debug("arm_accel: %s apply failed, rolling back", name, exc_info=True)
                 if not journal.done:
                     journal.rollback()
+                if switch.strict():
+                    stats.record_fallback(name, f"strict: {reason}")
+                    raise
             else:
                 stats.record_call(name, time.perf_counter() - t0, True, self._accel_retraces)
                 return result

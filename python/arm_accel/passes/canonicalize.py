@@ -118,6 +118,7 @@ class AccelCanonicalizeMixin(AcceleratedPass):
     """Rust chain collection for any ``CanonicalizeViewCopyPermutePass`` (list it first)."""
 
     _recompile_before_retrace = False
+    accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
     _accel_chains: list[list[fx.Node]] | None = None
 
     def accel_plan(self, graph_module: fx.GraphModule) -> list[list[fx.Node]]:
@@ -126,11 +127,10 @@ class AccelCanonicalizeMixin(AcceleratedPass):
     def accel_apply(
         self, graph_module: fx.GraphModule, plan: list[list[fx.Node]], journal: GraphJournal
     ) -> Any:
-        # The stock chain logic edits the graph itself; nothing goes through the journal, and
-        # committing it now (without recompiling) keeps the driver from recompiling later.
-        journal.commit(recompile=False)
         if not plan:
             return PassResult(graph_module, False)  # no chains: stock's loop has nothing to do
+        # Stock's own methods edit the graph: the journal records it whole, to roll back.
+        journal.checkpoint()
         self._accel_chains = plan
         try:
             result = self.stock_call(graph_module)

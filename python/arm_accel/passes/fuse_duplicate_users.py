@@ -153,6 +153,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
     """Screened, exact-revisit producer queue for any ``FuseDuplicateUsersPass`` (list it first)."""
 
     _recompile_before_retrace = False
+    accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
 
     def accel_plan(self, graph_module: fx.GraphModule) -> DuplicateUsersPlan | None:
         """The screened producers (None: stock's run fuses nothing)."""
@@ -253,10 +254,10 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
     def accel_apply(
         self, graph_module: fx.GraphModule, plan: DuplicateUsersPlan | None, journal: GraphJournal
     ) -> Any:
-        # Edits go straight through fx, in stock's order; nothing to journal.
-        journal.commit(recompile=False)
         if plan is None:
             return PassResult(graph_module, False)
+        # Stock's own methods edit the graph: the journal records it whole, to roll back.
+        journal.checkpoint()
         graph = graph_module.graph
         modified = False
 

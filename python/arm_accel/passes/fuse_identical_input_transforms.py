@@ -92,6 +92,7 @@ class AccelFuseIdenticalInputTransformsMixin(AcceleratedPass):
     """Candidate-only fixed point for any ``FuseIdenticalInputTransformsPass`` (list it first)."""
 
     _recompile_before_retrace = False
+    accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
 
     def accel_plan(self, graph_module: fx.GraphModule) -> list[fx.Node]:
         """The candidate nodes, in graph order. Reads only; the graph is untouched."""
@@ -105,8 +106,8 @@ class AccelFuseIdenticalInputTransformsMixin(AcceleratedPass):
     def accel_apply(
         self, graph_module: fx.GraphModule, plan: list[fx.Node], journal: GraphJournal
     ) -> Any:
-        # Edits go straight through fx, in stock's order; nothing to journal.
-        journal.commit(recompile=False)
+        # Stock's own methods edit the graph: the journal records it whole, to roll back.
+        journal.checkpoint()
         modified = normalize_placeholders(
             graph_module,
             getattr(self, "exported_program", None),

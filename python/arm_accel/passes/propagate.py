@@ -24,6 +24,14 @@ where a value is not modelled (Python re-traces and plans on); the first scan of
 alone when the call's input values may be stale. A first scan the planner cannot decide
 exactly is declined before any edit (``stats.record_scan``) and stock's walk runs it
 (``_python_scan``).
+
+Transactional like the fusion passes: the call checkpoints the graph it receives
+(``GraphJournal.checkpoint``); any exception while planning, applying, re-tracing (virtually or
+really) or in an in-loop fusion, and any value, DCE or users order the between-scan model got
+wrong (checked at every run that read modelled values, early stops included), rolls the graph
+back to exactly what the call received (names and namespace counters included) and runs the
+stock pass, counted in ``stats()`` with the stage (``plan failed: ...``, ``misprediction``...).
+``ARM_ACCEL_STRICT=1`` raises instead.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ from torch import fx
 
 from arm_accel import stats, switch
 from arm_accel.passes import scan_plan
-from arm_accel.passes.base import _stock_class
+from arm_accel.passes.base import GraphJournal, _stock_class, stage
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
 from arm_accel.passes.fuse_identical_input_transforms import BaseFuseIdenticalInputTransformsPass
@@ -86,6 +94,41 @@ class _ThreadState(threading.local):
 _state = _ThreadState()
 
 
+class Misprediction(RuntimeError):
+    """The between-scan model predicted values, dead nodes or users orders differently from
+    the re-trace: the scans after it decided on a graph stock never saw."""
+
+
+class RunUnverifiable(Exception):  # noqa: N818 - a decline, raised mid-call
+    """A run read modelled values the virtual re-trace cannot check (a real re-trace would
+    hide a misprediction): roll back and run stock, even when strict."""
+
+
+class AbortCall(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Carries a failure out of an in-loop fusion to the propagation call's rollback: derived
+    from ``BaseException`` so that the fusion's own ``except Exception`` fallback does not
+    swallow a failure of the call's virtual re-trace (the fusion's journal cannot undo it)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+#: Stage names in fallback reasons (and the fault-injection test).
+STAGES = ("plan", "apply", "virtual re-trace", "real re-trace")
+
+
+def _failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, AbortCall):
+        exc = exc.error
+    if isinstance(exc, Misprediction):
+        return "misprediction"
+    if isinstance(exc, RunUnverifiable):
+        return f"run not verifiable: {exc}"
+    where = getattr(exc, "_arm_accel_stage", None) or "call"
+    return f"{where} failed: {type(exc).__name__}"
+
+
 class _VirtualRetraceBase(ExportPass):
     """Placed right before ``ExportPass`` in a fusion pass's MRO: the fusion's closing
     ``super().call(graph_module)`` re-trace becomes a virtual one."""
@@ -114,11 +157,19 @@ class _VirtualRetraceBase(ExportPass):
         tracker = self._arm_accel_tracker
         if tracker is not None and tracker.graph_module is graph_module:
             try:
-                # The fusion ran its own DCE/lint, if any: ``ExportPass.call`` does neither.
-                tracker.apply(prologue=False, arm_pass=isinstance(self, ArmPass))
+                with stage("virtual re-trace"):
+                    # The fusion ran its own DCE/lint, if any: ``ExportPass.call`` does neither.
+                    tracker.apply(prologue=False, arm_pass=isinstance(self, ArmPass))
                 return PassResult(graph_module, True)
             except VirtualRetraceUnsupported as exc:
                 stats.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
+            except Exception as exc:
+                raise AbortCall(exc) from exc
+            with stage("real re-trace"):
+                try:
+                    return super().call(graph_module)
+                except Exception as exc:
+                    raise AbortCall(exc) from exc
         return super().call(graph_module)
 
 
@@ -267,14 +318,38 @@ class _AcceleratedPropagation:
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
-                # No re-trace yet: the first one, real or virtual, recomputes every value.
-                _state.call_flags[id(self)] = (True, False)
-                try:
-                    result = self._accelerated_call(graph_module)
-                finally:
-                    _state.call_flags.pop(id(self), None)
+                result, reason = self._transaction(graph_module)
         stats.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
         return result
+
+    def _transaction(self, graph_module: fx.GraphModule) -> tuple[PassResult, str | None]:
+        """The accelerated call, or -- on any failure -- the graph restored to what the call
+        received and the stock pass run on it; the fallback reason, None when accelerated."""
+        journal = GraphJournal(graph_module)
+        journal.checkpoint()
+        # No re-trace yet: the first one, real or virtual, recomputes every value.
+        _state.call_flags[id(self)] = (True, False)
+        try:
+            result = self._accelerated_call(graph_module)
+        except (Exception, AbortCall) as exc:
+            error = exc.error if isinstance(exc, AbortCall) else exc
+            reason = _failure_reason(exc)
+            _state.call_flags.pop(id(self), None)
+            journal.rollback()
+            stats.record_fallback(self._stock_name, reason)
+            if switch.strict() and not isinstance(error, RunUnverifiable):
+                raise error from None
+            logger.info(
+                "%s: accelerated call failed (%s); graph restored, stock pass runs",
+                self._stock_name,
+                reason,
+                exc_info=True,
+            )
+            return super().call(graph_module), reason  # type: ignore[misc]
+        finally:
+            _state.call_flags.pop(id(self), None)
+        journal.commit(recompile=False)
+        return result, None
 
     # The loop is stock's ``PropagateViewCopyPermutePass.call`` with the re-traces between
     # scans made virtual.
@@ -297,16 +372,26 @@ class _AcceleratedPropagation:
             # Scans after the first read re-traced values: the native model of the re-trace
             # between scans starts from exact values only.
             max_scans = MAX_SCANS_PER_RUN if self._arm_accel_exact else 1
-            run = scan_plan.run_scans(self, graph_module, self._stock_name, scan_cache, max_scans)
+            run = scan_plan.run_scans(
+                self,
+                graph_module,
+                self._stock_name,
+                scan_cache,
+                max_scans,
+                verify=lambda t=tracker: self._verify_model(t),
+            )
             if run is None:
-                iteration_modified = self._python_scan(graph_module)
+                with stage("apply"):
+                    iteration_modified = self._python_scan(graph_module)
                 fixed_point = not iteration_modified
             else:
                 iteration_modified, fixed_point = run.modified, run.fixed_point
 
             if iteration_modified:
                 modified = True
-                check = run is not None and run.fixed_point and run.scans > 1
+                # The run's last scans read modelled values: check them against the re-trace
+                # (a run whose last scan edited was checked before that scan: ``verify``).
+                check = run is not None and run.scans > 1 and run.model_at_end
                 graph_module = self._virtual_retrace(tracker, check=check)
             if not fixed_point:
                 continue
@@ -323,7 +408,8 @@ class _AcceleratedPropagation:
                 break
 
         if modified:
-            graph_module = self._retrace(graph_module)  # type: ignore[attr-defined]
+            with stage("real re-trace"):
+                graph_module = self._retrace(graph_module)  # type: ignore[attr-defined]
 
         return PassResult(graph_module, modified)
 
@@ -342,26 +428,42 @@ class _AcceleratedPropagation:
         return iteration_modified
 
     def _virtual_retrace(self, tracker: VirtualRetracer, check: bool = False) -> fx.GraphModule:
-        """``check``: the edits since the tracker's snapshot were a run of scans whose
-        re-traces were modelled natively; count values the model got wrong."""
+        """``check``: the graph holds the between-scan model's values, DCE and users orders
+        (a run of natively planned scans ended on them): any the re-trace finds different
+        raises ``Misprediction`` (the call rolls back)."""
         if not self._arm_accel_exact:
             tracker.full = True  # the first re-trace of this call refreshes every value
         self._arm_accel_exact = True
         try:
-            tracker.apply(check=check)
-            if tracker.mismatches:
-                stats.record_shape_mismatch(self._stock_name, tracker.mismatches)
-                logger.error(
-                    "%s: the between-scan model predicted %d value(s) differently from the "
-                    "re-trace (please report)",
-                    self._stock_name,
-                    tracker.mismatches,
-                )
-            return tracker.graph_module
+            with stage("virtual re-trace"):
+                tracker.apply(check=check)
         except VirtualRetraceUnsupported as exc:
+            if check:  # a real re-trace would hide what the model got wrong
+                raise RunUnverifiable(str(exc)) from exc
             stats.record_fallback(self._stock_name, f"virtual retrace: {exc}")
             logger.info("%s: real re-trace (%s)", self._stock_name, exc)
-            return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
+            with stage("real re-trace"):
+                return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
+        self._raise_mispredictions(tracker)
+        return tracker.graph_module
+
+    def _verify_model(self, tracker: VirtualRetracer) -> None:
+        """Before the last scan of a run that ends on an edit: the modelled values, DCE and
+        users orders that scan was planned on, against a virtual re-trace."""
+        with stage("virtual re-trace"):
+            try:
+                tracker.apply(check=True)
+            except VirtualRetraceUnsupported as exc:
+                raise RunUnverifiable(str(exc)) from exc
+        self._raise_mispredictions(tracker)
+
+    def _raise_mispredictions(self, tracker: VirtualRetracer) -> None:
+        if tracker.mismatches:
+            stats.record_shape_mismatch(self._stock_name, tracker.mismatches)
+            raise Misprediction(
+                f"the between-scan model predicted {tracker.mismatches} value(s), dead node(s)"
+                " or users order(s) differently from the re-trace (please report)"
+            )
 
 
 class PropagateViewCopyPermuteDownPass(_AcceleratedPropagation, _StockDown):

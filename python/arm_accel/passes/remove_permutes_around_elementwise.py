@@ -48,6 +48,7 @@ class AccelRemovePermutesMixin(AcceleratedPass):
     """Constant bitset and no recompile for a ``RemovePermutesAroundElementwiseTosaOps``."""
 
     _accel_constants: set[fx.Node] | None = None
+    accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
 
     def accel_plan(
         self, graph_module: fx.GraphModule
@@ -86,12 +87,13 @@ class AccelRemovePermutesMixin(AcceleratedPass):
         plan: tuple[list[fx.Node], set[fx.Node] | None, frozenset[str] | None],
         journal: GraphJournal,
     ) -> Any:
-        journal.commit(recompile=False)
         permutes, consts, names = plan
         if names is not None:
             self._constant_input_names = set(names)  # what the Arm ``call`` sets up
         if not permutes:
             return PassResult(graph_module, False)
+        # Stock's own methods edit the graph: the journal records it whole, to roll back.
+        journal.checkpoint()
         self._accel_constants = consts
         try:
             return self._accel_call(graph_module, permutes)

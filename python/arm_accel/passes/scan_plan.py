@@ -22,7 +22,7 @@ import enum
 import itertools
 import logging
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
 
 from arm_accel import _native, stats
-from arm_accel.passes.base import _stock_class
+from arm_accel.passes.base import _stock_class, stage
 from arm_accel.table import (
     Cls,
     Flag,
@@ -46,6 +46,12 @@ from arm_accel.table import (
 )
 
 logger = logging.getLogger("arm_accel")
+
+
+class PlanMismatch(RuntimeError):
+    """Applying a planned scan met a graph other than the one planned (a planner or model bug):
+    the graph is half-edited, the propagation call rolls it back and runs stock."""
+
 
 #: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
 ENABLED = True
@@ -376,10 +382,10 @@ def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...
         elif edit[0] == "cat":
             _, i, cat, created = edit
             if not pass_._maybe_split_upwards_cat_fanout(nodes[i], nodes[cat]):
-                raise AssertionError("planned cat fan-out did not apply")
+                raise PlanMismatch("planned cat fan-out did not apply")
             new_inputs = nodes[cat].args[0]
             if len(new_inputs) != len(created) or created[:1] != [len(nodes)]:
-                raise AssertionError("cat fan-out created other nodes than planned")
+                raise PlanMismatch("cat fan-out created other nodes than planned")
             nodes.extend(new_inputs)
         elif edit[0] == "move":
             _, i, frontier, previous = edit
@@ -405,7 +411,7 @@ def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -
     pass_._apply_fork_split(node, nodes[frontier], nodes[producer], tuple(splits))
     for next_id, _shape, _update, created in branches:
         if created != len(nodes):
-            raise AssertionError(f"fork split created node {created}, expected {len(nodes)}")
+            raise PlanMismatch(f"fork split created node {created}, expected {len(nodes)}")
         nodes.append(nodes[next_id].next)
 
 
@@ -450,7 +456,7 @@ def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
     for i, order in users:
         d = nodes[i].users
         if set(d) != {nodes[u] for u in order}:
-            raise AssertionError(f"scan run: users of {nodes[i].name} differ from the model")
+            raise PlanMismatch(f"scan run: users of {nodes[i].name} differ from the model")
         d.clear()
         d.update(dict.fromkeys(nodes[u] for u in order))
     for i, shape, base in shapes:
@@ -462,11 +468,14 @@ def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
 class ScanRun:
     """Consecutive scans planned natively and applied. ``modified``: some scan modified the
     graph (re-trace it); ``fixed_point``: the last scan modified nothing (go on to the
-    fusions); ``scans``: how many scans ran."""
+    fusions); ``scans``: how many scans ran; ``model_at_end``: no edit followed the last
+    modelled re-trace (the graph holds the model's values: check them at the closing
+    re-trace)."""
 
     modified: bool
     fixed_point: bool
     scans: int
+    model_at_end: bool = False
 
 
 def run_scans(
@@ -475,11 +484,16 @@ def run_scans(
     name: str,
     cache: ScanCache | None = None,
     max_scans: int = 1,
+    verify: Callable[[], None] | None = None,
 ) -> ScanRun | None:
     """Up to ``max_scans`` stock scans planned natively with stock's re-traces between them
     modelled, applied; None when the planner declined the first scan (nothing was edited: run
     stock's walk). More than one scan needs values a re-trace would leave unchanged.
-    ``cache``: shared by the scans of one call."""
+    ``cache``: shared by the scans of one call. ``verify``: called before the last scan of a
+    run that ends on an edit (its modelled inputs are never re-traced otherwise), to check the
+    model against a re-trace. Exporter and planner failures raise (tagged stage ``plan``),
+    edits that do not apply as planned raise ``PlanMismatch`` (stage ``apply``): the caller
+    rolls the call back."""
     if not ENABLED:
         return None
     config = scan_config(pass_)
@@ -490,27 +504,13 @@ def run_scans(
     direction, tosa = config
     if cache is None:
         cache = ScanCache()
-    try:
+    with stage("plan"):
         exported = export_scan_input(graph_module, pass_, tosa, cache)
-        if not isinstance(exported, str):
-            exported = (*exported, retrace_column(exported[0], cache))
-    except Exception as exc:  # noqa: BLE001 - an exporter bug: never wrong, at worst slower
-        exported = f"export failed: {type(exc).__name__}"
-        logger.warning("%s: scan export failed; stock's walk runs it", name, exc_info=True)
-    if isinstance(exported, str):
-        stats.record_scan(name, exported)
-        return None
-    table = exported[0]
-    try:
+        if isinstance(exported, str):
+            stats.record_scan(name, exported)
+            return None
+        exported = (*exported, retrace_column(exported[0], cache))
         answer = _native.plan_propagation_run(*exported, direction, tosa, max_scans)
-    except ValueError as exc:  # an exporter bug: never wrong, at worst slower
-        stats.record_scan(name, "planner rejected its input")
-        logger.warning("%s: native scan planner rejected its input: %s", name, exc)
-        return None
-    except Exception as exc:  # noqa: BLE001 - e.g. a stale native module: decline, loudly
-        stats.record_scan(name, f"planner failed: {type(exc).__name__}")
-        logger.warning("%s: native scan planner failed: %s", name, exc)
-        return None
     if answer[0] == "decline":
         stats.record_scan(name, answer[1])
         logger.info(
@@ -518,16 +518,22 @@ def run_scans(
         )
         return None
     _, scans, fixed_point = answer
+    table = exported[0]
     nodes = table.nodes
     modified = False
-    for scan_modified, edits, between in scans:
-        apply_edits(pass_, nodes, edits)
-        stats.record_scan(name, None)
-        modified |= scan_modified
-        if between is not None:
-            mirror_retrace(graph_module.graph, nodes, between)
+    last = len(scans) - 1
+    model_at_end = fixed_point or scans[last][2] is not None
+    with stage("apply"):
+        for j, (scan_modified, edits, between) in enumerate(scans):
+            if j == last and j > 0 and not model_at_end and verify is not None:
+                verify()
+            apply_edits(pass_, nodes, edits)
+            stats.record_scan(name, None)
+            modified |= scan_modified
+            if between is not None:
+                mirror_retrace(graph_module.graph, nodes, between)
     stats.record_scan_run(name)
-    return ScanRun(modified, fixed_point, len(scans))
+    return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
 
 def run_scan(
