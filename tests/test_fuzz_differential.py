@@ -4,8 +4,10 @@ Each example (a :class:`fuzz_models.Spec`) is exported once per mode (FP, and IN
 the TOSA quantizer) and taken through the edge-dialect stage of ``to_edge_transform_and_lower``
 once (none of our passes runs there), then ``to_backend`` runs twice on deep copies of that
 edge program: with acceleration off and on, in this process. Every call of the five accelerated
-passes records the graph it returns; the two lowerings must record the same calls with equal
-graphs (``assert_graphs_equal``) and end in equal TOSA bytes, and the accelerated lowering must
+passes records the graph it returns, and so does every pass of the Arm pipeline (all of them
+re-trace through the re-trace engine); the two lowerings must record the same calls with equal
+graphs (``assert_graphs_equal`` for the five, ``assert_graphs_identical`` -- names and every
+meta key -- after every pass) and end in equal TOSA bytes, and the accelerated lowering must
 have run some call accelerated (``stats()``: not stock twice, e.g. without the activation hook)
 and fallen back only by declining (no failure, no misprediction; the suite runs strict). When
 the stock lowering raises, the accelerated one must raise the same type.
@@ -20,7 +22,7 @@ import copy
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
@@ -28,9 +30,10 @@ import fuzz_models as fm
 import pytest
 import torch
 from arm_accel import capture, models, stats, switch
-from arm_accel.testing import assert_graphs_equal
+from arm_accel.testing import assert_graphs_equal, assert_graphs_identical
 from fuzz_models import Op, Spec
 from hypothesis import given
+from pipeline_diff import record_passes
 from torch import fx
 
 PASSES = tuple(capture.STOCK_PASSES)
@@ -41,6 +44,8 @@ class Outcome:
     calls: list[tuple[str, fx.GraphModule]]  # (pass name, graph it returned), in call order
     tosa: list[bytes] | None
     error: BaseException | None
+    # (pass, graph after it, modified) for every pass of the Arm pipeline (issue 13)
+    pipeline: list[tuple[str, fx.GraphModule, bool]] = field(default_factory=list)
 
 
 @contextmanager
@@ -92,12 +97,12 @@ def lower_once(edge: Any, mode: str, accelerated: bool) -> Outcome:
     torch.manual_seed(0)
     previous = switch.set_enabled(accelerated)
     try:
-        with record_outputs() as calls:
+        with record_outputs() as calls, record_passes() as pipeline:
             try:
                 lowered = copy.deepcopy(edge).to_backend({"forward": models.partitioner(mode)})
             except Exception as exc:  # compared with the other lowering's outcome
-                return Outcome(calls, None, exc)
-            return Outcome(calls, models.tosa_bytes(lowered), None)
+                return Outcome(calls, None, exc, pipeline)
+            return Outcome(calls, models.tosa_bytes(lowered), None, pipeline)
     finally:
         switch.set_enabled(previous)
 
@@ -166,6 +171,16 @@ def compare(stock: Outcome, ours: Outcome, mode: str) -> None:
             assert_graphs_equal(a, b)
         except AssertionError as exc:
             raise AssertionError(f"{mode}: call {k} ({name}) differs: {exc}") from None
+    # Every pass of the pipeline (the re-trace engine touches them all): identical graphs.
+    assert [p[0] for p in ours.pipeline] == [p[0] for p in stock.pipeline]
+    for (name, a, modified), (_, b, modified_ours) in zip(
+        stock.pipeline, ours.pipeline, strict=True
+    ):
+        assert modified == modified_ours, f"{mode}: {name} modified {modified} != {modified_ours}"
+        try:
+            assert_graphs_identical(a, b)
+        except AssertionError as exc:
+            raise AssertionError(f"{mode}: after {name}: {exc}") from None
     assert ours.tosa == stock.tosa, f"{mode}: TOSA bytes differ"
 
 

@@ -243,3 +243,24 @@ def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch
     models.lower(models.export_for_arm(net, inputs, mode), mode)
     assert checked[0] > 100
     assert codegen.hits["python_code"] - hits["python_code"] > checked[0] // 2
+
+
+def test_engine_fault_falls_back_or_raises_in_strict_mode(
+    edge_graph: fx.GraphModule, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault of the engine itself (here its commit raises): the graph is as it came and stock's
+    re-trace gives the result, counted; with ``ARM_ACCEL_STRICT=1`` the fault raises instead."""
+
+    def broken(self: Any) -> None:
+        raise KeyError("engine fault")
+
+    monkeypatch.setattr(inplace.InplaceRetrace, "_check_erasable", broken)
+    expected = stock_retrace(AddToSub(), copy.deepcopy(edge_graph)).graph_module
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
+    stats.reset()
+    actual = engine_retrace(AddToSub(), copy.deepcopy(edge_graph)).graph_module
+    assert_graphs_identical(expected, actual)
+    assert in_place_runs(AddToSub) == (0, {"KeyError in the in-place re-trace": 1})
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    with pytest.raises(RuntimeError, match="in-place re-trace of AddToSub.retrace failed"):
+        engine_retrace(AddToSub(), copy.deepcopy(edge_graph))

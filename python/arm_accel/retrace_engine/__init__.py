@@ -135,6 +135,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     name = f"{type(self).__name__}.retrace"
     start = time.perf_counter()
     reason = _eligible(self)
+    failure: Exception | None = None
     if reason is not None:
         stats.record_decline(name, reason)
     else:
@@ -143,12 +144,17 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
         except inplace.Unsupported as exc:
             stats.record_decline(name, str(exc))
         except Exception as exc:  # the graph is as it came: run stock, which may raise it too
+            failure = exc
             stats.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
             logger.debug("arm_accel: in-place re-trace of %s failed", name, exc_info=True)
         else:
             stats.record_call(name, time.perf_counter() - start, True)
             return result
     result = stock_call(self, graph_module)
+    if failure is not None and switch.strict():
+        # Stock succeeded where the in-place re-trace failed: an engine fault, not the pass's.
+        message = f"arm_accel: in-place re-trace of {name} failed: {failure!r}"
+        raise RuntimeError(message) from failure
     # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
     # keep those the graph still holds.
     inplace.record_freshness(result.graph_module.graph)
