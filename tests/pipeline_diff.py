@@ -54,16 +54,25 @@ def lower(exported: Any, mode: str, accelerated: bool) -> Lowering:
     return Lowering(records, models.tosa_bytes(edge))
 
 
-def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:
+def assert_passes_identical(
+    stock: list[tuple[str, fx.GraphModule, bool]],
+    accelerated: list[tuple[str, fx.GraphModule, bool]],
+    where: str = "",
+) -> None:
     """Same passes in the same order, each with the same ``modified`` and an identical graph
-    after it (``assert_graphs_identical``), and the same TOSA bytes."""
-    assert [p[0] for p in stock.passes] == [p[0] for p in accelerated.passes]
+    after it (``assert_graphs_identical``)."""
+    assert [p[0] for p in stock] == [p[0] for p in accelerated], f"{where}pass lists differ"
     for (name, expected, modified), (_, actual, modified_ours) in zip(
-        stock.passes, accelerated.passes, strict=True
+        stock, accelerated, strict=True
     ):
-        assert modified == modified_ours, f"after {name}: modified {modified} != {modified_ours}"
+        assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
         try:
             assert_graphs_identical(expected, actual)
         except AssertionError as exc:
-            raise AssertionError(f"after {name}: {exc}") from None
+            raise AssertionError(f"{where}after {name}: {exc}") from None
+
+
+def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:
+    """Every pass identical (:func:`assert_passes_identical`) and the same TOSA bytes."""
+    assert_passes_identical(stock.passes, accelerated.passes)
     assert stock.tosa == accelerated.tosa, "TOSA bytes differ"

@@ -320,7 +320,7 @@ class _Journal:
 # The re-trace
 
 
-def _creation_candidate(graph: fx.Graph, kind: str, target: Any, name: str | None) -> str:
+def _creation_candidate(graph: fx.Graph, target: Any, name: str | None) -> str:
     """The name candidate ``Graph.create_node`` starts from (what stock's new graph sees)."""
     return name if name is not None else graph._target_to_str(target)
 
@@ -341,6 +341,8 @@ class InplaceRetrace:
         self.graph = graph_module.graph
         self.order: list[fx.Node] = list(self.graph.nodes)
         self.left = _freshness.get(self.graph, {})
+        # Nodes as the last re-trace left them (their value is what dispatch gave then).
+        self.as_is = {n for n in self.order if _left_as_is(self.left, n) is not None}
         self.old_val: dict[fx.Node, Any] = {n: n.meta.get("val") for n in self.order}
         self.claimed: dict[fx.Node, ProxyValue] = {}
         self.candidates: dict[fx.Node, str] = {}
@@ -390,7 +392,7 @@ class InplaceRetrace:
         data = meta.data
         data["val"] = arg
         self.journal.set_meta(node, data)
-        self.candidates[node] = _creation_candidate(self.graph, "placeholder", name, None)
+        self.candidates[node] = _creation_candidate(self.graph, name, None)
         proxy = ProxyValue(arg, self.pass_.tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
@@ -431,9 +433,8 @@ class InplaceRetrace:
             new_meta["tensor_meta"] = None
         else:
             pass_.tracer.set_metadata(node, res_data)
-        self.candidates[node] = _creation_candidate(
-            self.graph, kind, target, _fx_name(self.graph, target)
-        )
+        name = _fx_name(self.graph, target)
+        self.candidates[node] = _creation_candidate(self.graph, target, name)
         proxy = ProxyValue(res_data, pass_.tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
@@ -447,7 +448,7 @@ class InplaceRetrace:
     def _value_still_holds(self, node: fx.Node) -> bool:
         """The node's value is the one our last re-trace computed, from inputs whose values
         are equal to those it was computed from."""
-        if self._left_as_is_cached(node) is None:
+        if node not in self.as_is:
             return False
         for inp in node.all_input_nodes:
             entry = self.left.get(inp)
@@ -458,14 +459,10 @@ class InplaceRetrace:
                 return False
         return True
 
-    def _left_as_is_cached(self, node: fx.Node) -> _Left | None:
-        return self._as_is.get(node)
-
     # -- driving ---------------------------------------------------------------------------
     def run(self, inputs: tuple[Any, ...]) -> fx.GraphModule:
         """Interpret the graph with the pass's own interpreter; returns the new module."""
         pass_ = self.pass_
-        self._as_is = {n: e for n in self.order if (e := _left_as_is(self.left, n)) is not None}
         interpreter_cls = type(pass_).ExportInterpreter
         engine = self
 
@@ -513,7 +510,7 @@ class InplaceRetrace:
             type_expr: Any = None,
         ) -> fx.Node:
             node = graph_create_node(op, target, args, kwargs, None, type_expr)
-            engine.created(node, _creation_candidate(engine.graph, op, target, name))
+            engine.created(node, _creation_candidate(engine.graph, target, name))
             return node
 
         self.graph.create_node = create_node  # type: ignore[method-assign]
