@@ -251,7 +251,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     del edge_s
     stats_before = profiling.stats_snapshot()
     edge_a, prof_a, t_a = run_lowering(exported, mode, False, "lower accelerated", target, quiet)
-    accelerated, fallbacks = profiling.stats_delta(stats_before, profiling.stats_snapshot())
+    stats_after = profiling.stats_snapshot()
+    accelerated, fallbacks = profiling.stats_delta(stats_before, stats_after)
+    in_place, stock_retraces = profiling.stats_delta(
+        stats_before, stats_after, lambda n: n.endswith(".retrace")
+    )
     bytes_a = models.tosa_bytes(edge_a)
     pte_a = _step("serialize .pte (accelerated)", functools.partial(models.pte_bytes, edge_a))
     delegate = "Vela" if ethos else "TOSA"
@@ -298,6 +302,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"ratio (stock / accelerated): {ratio:.2f}x")
     if accelerated is not None:
         print(f"accelerated pass calls: {accelerated}, fallbacks to stock: {fallbacks}")
+        print(f"pipeline re-traces in place: {in_place}, stock: {stock_retraces}")
     for what, ok in same.items():
         print(f"{what}: {_identity(ok)}")
     print(verdict(ratio, same, accelerated))

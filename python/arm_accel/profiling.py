@@ -402,14 +402,25 @@ def stats_snapshot() -> dict[str, Any] | None:
         return None
 
 
+def is_pass_entry(name: str) -> bool:
+    """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``)
+    or the to_edge stage (``"to_edge.*"``), whose declines by design are counted as fallbacks."""
+    return not name.endswith(".retrace") and not name.startswith("to_edge.")
+
+
 def stats_delta(
-    before: dict[str, Any] | None, after: dict[str, Any] | None
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    entries: Callable[[str], bool] = is_pass_entry,
 ) -> tuple[int | None, int | None]:
-    """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots."""
+    """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots,
+    over the entries ``entries`` selects (the accelerated passes by default)."""
     if before is None or after is None:
         return None, None
     acc = fb = 0
     for name, s in after.items():
+        if not entries(name):
+            continue
         b = before.get(name, {})
         acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
         fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
