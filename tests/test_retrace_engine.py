@@ -264,3 +264,17 @@ def test_engine_fault_falls_back_or_raises_in_strict_mode(
     monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
     with pytest.raises(RuntimeError, match="in-place re-trace of AddToSub.retrace failed"):
         engine_retrace(AddToSub(), copy.deepcopy(edge_graph))
+
+
+def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) -> None:
+    """The freshness record of an in-place re-trace does not keep its graph alive (it references
+    the graph's nodes, which reference the graph)."""
+    import gc
+    import weakref
+
+    result = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
+    assert inplace._left_by(result.graph)
+    graph = weakref.ref(result.graph)
+    del result
+    gc.collect()
+    assert graph() is None

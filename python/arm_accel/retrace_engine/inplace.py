@@ -29,7 +29,6 @@ every change (``_Journal``) and the caller runs the stock re-trace.
 from __future__ import annotations
 
 import copy
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,17 +61,24 @@ class _Left:
     val: Any
 
 
-_freshness: weakref.WeakKeyDictionary[fx.Graph, dict[fx.Node, _Left]] = (
-    weakref.WeakKeyDictionary()
-)
+#: The attribute of an ``fx.Graph`` holding what our last re-trace of it left. On the graph
+#: itself, not in a weak-keyed table: the entries reference the nodes, which reference the
+#: graph, so a table would keep every graph alive. ``Graph.__deepcopy__`` does not copy it.
+_LEFT_ATTR = "_arm_accel_left"
 
 
 def record_freshness(graph: fx.Graph) -> None:
     """Remember each node's target/args/kwargs/val objects: fx replaces the args containers on
     every edit and passes replace ``meta["val"]``, so identity says "untouched since"."""
-    _freshness[graph] = {
-        n: _Left(n.target, n.args, n.kwargs, n.meta.get("val")) for n in graph.nodes
-    }
+    setattr(
+        graph,
+        _LEFT_ATTR,
+        {n: _Left(n.target, n.args, n.kwargs, n.meta.get("val")) for n in graph.nodes},
+    )
+
+
+def _left_by(graph: fx.Graph) -> dict[fx.Node, _Left]:
+    return getattr(graph, _LEFT_ATTR, None) or {}
 
 
 def _left_as_is(left: dict[fx.Node, _Left], node: fx.Node) -> _Left | None:
@@ -340,7 +346,7 @@ class InplaceRetrace:
         self.gm = graph_module
         self.graph = graph_module.graph
         self.order: list[fx.Node] = list(self.graph.nodes)
-        self.left = _freshness.get(self.graph, {})
+        self.left = _left_by(self.graph)
         # Nodes as the last re-trace left them (their value is what dispatch gave then).
         self.as_is = {n for n in self.order if _left_as_is(self.left, n) is not None}
         self.old_val: dict[fx.Node, Any] = {n: n.meta.get("val") for n in self.order}
