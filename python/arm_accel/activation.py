@@ -37,8 +37,8 @@ logger = logging.getLogger("arm_accel")
 #: (distribution, accepted "major.minor[.patch]" prefixes)
 SUPPORTED_VERSIONS: dict[str, tuple[str, ...]] = {
     "executorch": ("1.5.1",),
-    # 2.14 and 2.15: the view/permute passes shown identical by scripts/compat.sh (RESULTS.md).
-    "torch": ("2.13", "2.14", "2.15"),
+    # 2.14.0 and 2.15.0: exactly the releases scripts/compat.sh showed identical (RESULTS.md).
+    "torch": ("2.13", "2.14.0", "2.15.0"),
 }
 PASSES_PACKAGE = "executorch.backends.arm._passes"
 
@@ -274,7 +274,7 @@ def activate(force: bool = False) -> bool:
                 found.get("executorch"),
                 found.get("torch"),
                 "/".join(SUPPORTED_VERSIONS["executorch"]),
-                ", ".join(f"{v}.x" for v in SUPPORTED_VERSIONS["torch"]),
+                ", ".join(v if v.count(".") > 1 else f"{v}.x" for v in SUPPORTED_VERSIONS["torch"]),
             )
             return False
         try:
