@@ -278,3 +278,39 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
     del result
     gc.collect()
     assert graph() is None
+
+
+@pytest.mark.parametrize("model", ["llama1", "dscnnkws"])
+def test_edge_program_identical_to_stock(model: str) -> None:
+    """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the
+    edge program they return equals stock's (graph with every meta key, signature, state dict,
+    constants; ``arm_accel.edge.compare``), and some of them ran in place."""
+    from arm_accel import models
+    from arm_accel.edge.compare import assert_programs_equal
+    from executorch.exir.program import _program
+
+    net, inputs, mode = models.build(model)
+    exported = models.export_for_arm(net, inputs, mode)
+    outputs: list[Any] = []
+    engine_wrapper = _program._generate_edge_program
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        outputs.append(engine_wrapper(*args, **kwargs))
+        return outputs[-1]
+
+    _program._generate_edge_program = recording
+    try:
+        # One exported program for both (as a user lowers it): the state dicts then hold the
+        # same tensors, which the comparison checks by identity.
+        with switch.disabled():
+            models.lower(exported, mode)
+        stats.reset()
+        models.lower(exported, mode)
+    finally:
+        _program._generate_edge_program = engine_wrapper
+    stock, ours = outputs
+    assert_programs_equal(stock, ours)
+    in_place = {
+        k for k, v in stats.snapshot().items() if k.endswith(".retrace") and v["accelerated"]
+    }
+    assert {"OpReplacePass.retrace", "MemoryFormatOpsPass.retrace"} <= in_place, in_place

@@ -191,15 +191,24 @@ def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None)
     return codegen.forward_from_src(stock, src, globals_, co_fields)
 
 
+def _generate_edge_program(*args: Any, **kwargs: Any) -> Any:
+    # to_edge's own ExportPass passes (OpReplacePass, MemoryFormatOpsPass, ...): the engine
+    # serves them as it serves the Arm pipeline's.
+    with arm_pipeline():
+        return _installed["_generate_edge_program"](*args, **kwargs)
+
+
 def _targets() -> list[tuple[Any, str, Any]]:
     """(owner, attribute, replacement) of everything :func:`install` replaces."""
     import torch.fx.graph_module
     from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
     from executorch.exir.pass_base import _ExportPassBase
+    from executorch.exir.program import _program
 
     return [
         (_ExportPassBase, "call", accelerated_call),
         (ArmPassManager, "_transform", _transform),
+        (_program, "_generate_edge_program", _generate_edge_program),
         (fx.Graph, "python_code", _python_code),
         (torch.fx.graph_module, "_forward_from_src", _forward_from_src),
     ]
