@@ -564,11 +564,14 @@ class InplaceRetrace:
         for node in reversed(self.unclaimed):
             graph.erase_node(node)
         names = _Namespace()
+        position: dict[fx.Node, int] = {}
         for node in graph.nodes:
+            position[node] = len(position)
             name = names.create_name(self.candidates[node], None)
             if node.name != name:
                 node.name = name
         graph._graph_namespace = names
+        _users_in_graph_order(graph, position)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
             if node.op == "placeholder":
@@ -577,6 +580,20 @@ class InplaceRetrace:
         new_gm.meta = self.gm.meta.copy()
         record_freshness(graph)
         return new_gm
+
+
+def _users_in_graph_order(graph: fx.Graph, position: dict[fx.Node, int]) -> None:
+    """Each node's users in graph order, as in stock's re-trace, which creates every user after
+    its inputs (a claimed node keeps its users dict; re-pointed args append to it). Later passes
+    iterate ``node.users``: its order decides what they do first."""
+    for node in graph.nodes:
+        users = node.users
+        if len(users) > 1:
+            keys = list(users)
+            ordered = sorted(keys, key=position.__getitem__)
+            if ordered != keys:
+                users.clear()
+                users.update(dict.fromkeys(ordered))
 
 
 def _node_of(value: Any) -> fx.Node:
