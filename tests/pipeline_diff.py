@@ -13,7 +13,6 @@ from arm_accel import models, switch
 from arm_accel.testing import assert_graphs_identical
 from torch import fx
 
-
 #: (pass name, graph after it, modified, users order after it)
 PassRecord = tuple[str, fx.GraphModule, bool, tuple[tuple[int, ...], ...]]
 
@@ -77,13 +76,15 @@ def assert_passes_identical(
         stock, accelerated, strict=True
     ):
         assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
-        if users != users_ours:
-            first = next(i for i, (a, b) in enumerate(zip(users, users_ours)) if a != b)
-            raise AssertionError(f"{where}after {name}: users order differs at node {first}")
         try:
             assert_graphs_identical(expected, actual)
         except AssertionError as exc:
             raise AssertionError(f"{where}after {name}: {exc}") from None
+        if users != users_ours:  # same nodes (just checked), so the same length
+            first = next(
+                i for i, (a, b) in enumerate(zip(users, users_ours, strict=True)) if a != b
+            )
+            raise AssertionError(f"{where}after {name}: users order differs at node {first}")
 
 
 def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:

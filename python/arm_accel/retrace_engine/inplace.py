@@ -132,9 +132,7 @@ def _same_args(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_same_args(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return (
-            isinstance(b, dict)
-            and a.keys() == b.keys()
-            and all(_same_args(a[k], b[k]) for k in a)
+            isinstance(b, dict) and a.keys() == b.keys() and all(_same_args(a[k], b[k]) for k in a)
         )
     if isinstance(a, ProxyValue) or isinstance(b, ProxyValue):
         return False
