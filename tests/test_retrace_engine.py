@@ -81,6 +81,27 @@ def compare(
     return expected, actual
 
 
+def test_scalar_to_tensor_in_place_only_without_a_scalar_to_coerce(
+    edge_graph: fx.GraphModule,
+) -> None:
+    """exir's ``ScalarToTensorPass`` (a ``call`` override, CONDITIONAL_CALLERS): on the edge graph
+    (no scalar left for a Tensor argument) it re-traces in place, identical to stock; on the
+    aten graph, where ``x + 1.0`` passes a scalar for a Tensor, the engine declines with the
+    reason and stock's result comes back."""
+    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+
+    compare(ScalarToTensorPass, edge_graph)
+    torch.manual_seed(0)
+    aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    stats.reset()
+    expected = stock_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
+    actual = engine_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
+    assert expected.modified and actual.modified
+    assert_graphs_identical(expected.graph_module, actual.graph_module)
+    done, fallbacks = in_place_runs(ScalarToTensorPass)
+    assert done == 0 and fallbacks == {"a scalar becomes a tensor constant": 1}, fallbacks
+
+
 class Identity(ExportPass):
     pass
 
@@ -313,4 +334,9 @@ def test_edge_program_identical_to_stock(model: str) -> None:
     in_place = {
         k for k, v in stats.snapshot().items() if k.endswith(".retrace") and v["accelerated"]
     }
-    assert {"OpReplacePass.retrace", "MemoryFormatOpsPass.retrace"} <= in_place, in_place
+    expected = {
+        "OpReplacePass.retrace",
+        "MemoryFormatOpsPass.retrace",
+        "ScalarToTensorPass.retrace",
+    }
+    assert expected <= in_place, in_place
