@@ -59,8 +59,14 @@ def meta_signature(value: Any) -> Any:
     from torch.fx.traceback import NodeSource
 
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, value.stride(),
-                value.storage_offset(), str(value.device))
+        return (
+            "tensor",
+            tuple(value.shape),
+            value.dtype,
+            value.stride(),
+            value.storage_offset(),
+            str(value.device),
+        )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(meta_signature(v) for v in value))
     if isinstance(value, dict):

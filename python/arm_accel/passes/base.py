@@ -326,6 +326,9 @@ class AcceleratedPass:
     #: Whether the driver recompiles when it commits (passes that re-trace or recompile
     #: themselves, as their stock ``call`` does, say False).
     accel_recompile: ClassVar[bool] = True
+    #: ``accel_apply`` re-traces (if at all) as its last edit, inside the journal's transaction:
+    #: the re-trace engine may run it in place (``retrace_engine.RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -407,6 +410,8 @@ class GuardedCallMixin:
 
     _arm_accel_stock: ClassVar[type]
     _arm_accel_name: ClassVar[str]
+    #: Only wraps the stock ``call``: its re-trace may run in place (``RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
 
     def call(self, graph_module: torch.fx.GraphModule) -> Any:
         name = _stats_name(self)

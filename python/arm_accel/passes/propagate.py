@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import executorch.backends.transforms.propagate_view_copy_permute_pass as _generic
 from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -219,6 +219,10 @@ def _virtualized(cls: type) -> type:
 
 class _AcceleratedPropagation:
     """Mixin placed before the stock Arm class; overrides ``call`` and the fusion hooks."""
+
+    #: The real re-trace closes the accelerated call, inside its transaction (checkpoint
+    #: rollback): the re-trace engine may run it in place (``retrace_engine.RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
 
     _stock_name: str
 

@@ -139,6 +139,12 @@ CONDITIONAL_CALLERS: dict[str, Callable[[fx.GraphModule], str | None]] = {
     "ScalarToTensorPass": _no_scalar_to_coerce,
 }
 
+#: Set (True) on an arm-accel class whose ``call`` re-traces only as its last edit of the graph,
+#: inside a transaction whose rollback restores the whole graph (``GraphJournal.checkpoint``):
+#: the re-trace may run in place. Not on ``_VirtualRetraceBase``: its real re-trace happens in
+#: the middle of a propagation call, which goes on editing.
+RETRACE_LAST = "_arm_accel_retrace_last"
+
 _local = threading.local()
 _installed: dict[str, Any] = {}
 
@@ -158,6 +164,8 @@ def _eligible(pass_: Any, graph_module: fx.GraphModule) -> str | None:
         if "call" not in vars(klass):
             continue
         if not klass.__module__.startswith("executorch."):
+            if klass.__module__.startswith("arm_accel.") and vars(klass).get(RETRACE_LAST):
+                continue
             return "call override"
         if klass.__name__ in IN_PLACE_CALLERS:
             continue
