@@ -4,9 +4,9 @@ Same decisions as stock -- the native scan planner (below) or stock's own ``_pro
 but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
 replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
-in graph order. With ``ELIDE_FUSION_RETRACES`` the re-traces the in-loop fusions end with are
-virtual too, and the fusions themselves are our accelerated ``backends.transforms`` variants
-(``Base*`` in ``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
+in graph order. The re-traces the in-loop fusions end with are virtual too, and the fusions
+themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
+``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
 end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
 like stock's.
 
@@ -75,12 +75,6 @@ _GENERIC_DOWN_FUSE_HORIZONTAL = _stock_class(
     _generic.PropagateViewCopyPermuteDownPass
 ).fuse_horizontal
 _GENERIC_FUSE_VERTICAL = _generic.PropagateViewCopyPermutePass.fuse_vertical
-
-
-#: Make the re-traces the in-loop fusions end with virtual too (issue 4). The two upstream
-#: failures once blamed on it came from the fusion choice (an ``isinstance`` against a module
-#: attribute the upstream-test plugin replaces); they fail with it off too.
-ELIDE_FUSION_RETRACES = True
 
 
 # Per-thread state: two threads lowering at once must not see each other's trackers or flags.
@@ -184,9 +178,6 @@ _ACCELERATED_FUSIONS: dict[type, type] = {
 }
 
 
-#: Run the in-loop fusions through their accelerated variants (issue 4); off only to measure.
-ACCELERATED_IN_LOOP_FUSIONS = True
-
 #: Scans planned in one native run, the re-traces between them modelled (issue 4); 1 plans
 #: every scan on its own with a virtual re-trace after it (to measure, or to bisect a bug).
 MAX_SCANS_PER_RUN = 1 << 16
@@ -196,8 +187,6 @@ def _fusion_class(looked_up: type) -> type:
     """The class to run where stock runs ``looked_up`` (taken from the module, as stock looks it
     up): our accelerated variant when it is the stock class, else (a harness replaced it)
     whatever is there."""
-    if not ACCELERATED_IN_LOOP_FUSIONS:
-        return looked_up
     return _ACCELERATED_FUSIONS.get(looked_up, looked_up)
 
 
@@ -241,7 +230,7 @@ class _AcceleratedPropagation:
         active = self._arm_accel_active
         exact = self._arm_accel_exact
         virtual = isinstance(fusion, _VirtualRetraceBase)
-        if virtual and active and ELIDE_FUSION_RETRACES:
+        if virtual and active:
             try:
                 fusion._set_tracker(VirtualRetracer(graph_module, full=not exact), self._stock_name)
             except VirtualRetraceUnsupported:
