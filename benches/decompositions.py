@@ -229,7 +229,7 @@ def compare(names: list[str]) -> None:
     program cannot be lowered twice)."""
     import arm_accel
     import executorch.backends.arm._passes  # noqa: F401  (triggers the activation)
-    from arm_accel.edge.compare import program_differences
+    from arm_accel.devtools.program_compare import program_differences
     from arm_accel.edge.decompositions import STATS_NAME
 
     arm_accel.enable()

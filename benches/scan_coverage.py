@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from arm_accel import capture, models, stats
+from arm_accel import models, stats
+from arm_accel.devtools import capture
 from arm_accel.passes import propagate, scan_plan
 from arm_accel.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal

@@ -13,8 +13,8 @@ import fuzz_models as fm
 import pytest
 import torch
 from arm_accel import models, stats, switch
+from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import decompositions
-from arm_accel.edge.compare import assert_programs_equal, program_differences
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
 from torch.export import ExportedProgram

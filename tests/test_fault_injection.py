@@ -22,8 +22,9 @@ from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import _native, capture, models, stats, switch
-from arm_accel.fusion_replay import ACCELERATED, as_class, tosa_context
+from arm_accel import _native, models, stats, switch
+from arm_accel.devtools import capture
+from arm_accel.devtools.fusion_replay import ACCELERATED, as_class, tosa_context
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 from arm_accel import _native, profiling, stats
-from arm_accel.capture import stock_class as _maybe_swapped_class
-from arm_accel.fusion_replay import (
+from arm_accel.devtools.capture import stock_class as _maybe_swapped_class
+from arm_accel.devtools.fusion_replay import (
     ACCELERATED,
     as_class,
     capture_lowering,

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import activation, capture, models, switch
+from arm_accel import activation, models, switch
+from arm_accel.devtools import capture
 from arm_accel.passes import propagate
 from arm_accel.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal

@@ -284,9 +284,9 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
 def test_edge_program_identical_to_stock(model: str) -> None:
     """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the
     edge program they return equals stock's (graph with every meta key, signature, state dict,
-    constants; ``arm_accel.edge.compare``), and some of them ran in place."""
+    constants; ``arm_accel.devtools.program_compare``), and some of them ran in place."""
     from arm_accel import models
-    from arm_accel.edge.compare import assert_programs_equal
+    from arm_accel.devtools.program_compare import assert_programs_equal
     from executorch.exir.program import _program
 
     net, inputs, mode = models.build(model)

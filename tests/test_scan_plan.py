@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, capture, stats, switch
+from arm_accel import _native, stats, switch
+from arm_accel.devtools import capture
 from arm_accel.passes import propagate, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from arm_accel import stats
-from arm_accel.fusion_replay import ACCELERATED
+from arm_accel.devtools.fusion_replay import ACCELERATED
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
