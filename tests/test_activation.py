@@ -20,7 +20,7 @@ import arm_accel
 import pytest
 import torch
 import torch.fx
-from arm_accel import activation, stats, switch
+from arm_accel import activation, counters, switch
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
 
 # A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)
@@ -212,11 +212,11 @@ def test_importing_our_pass_module_first_still_swaps_everything() -> None:
 
 @pytest.fixture
 def clean_stats():
-    stats.reset()
+    counters.reset()
     prev = switch.set_enabled(True)
     yield
     switch.set_enabled(prev)
-    stats.reset()
+    counters.reset()
 
 
 def test_env_parsing() -> None:
@@ -240,11 +240,11 @@ def test_enable_disable_disabled(clean_stats) -> None:
 
 
 def test_stats_api(clean_stats, caplog) -> None:
-    stats.record_call("P", 0.5, accelerated=True, retraces=2)
-    stats.record_call("P", 0.25, accelerated=False)
+    counters.record_call("P", 0.5, accelerated=True, retraces=2)
+    counters.record_call("P", 0.25, accelerated=False)
     with caplog.at_level(logging.WARNING, logger="arm_accel"):
-        stats.record_fallback("P", "why")
-        stats.record_fallback("P", "why")
+        counters.record_fallback("P", "why")
+        counters.record_fallback("P", "why")
     snap = arm_accel.stats()
     assert snap == {
         "P": {
@@ -259,12 +259,12 @@ def test_stats_api(clean_stats, caplog) -> None:
             "shape_mismatches": 0,
         }
     }
-    stats.record_scan("P", None)
-    stats.record_scan("P", "fork")
+    counters.record_scan("P", None)
+    counters.record_scan("P", "fork")
     assert arm_accel.stats()["P"]["scans_native"] == 1
     assert arm_accel.stats()["P"]["scans_declined"] == {"fork": 1}
-    stats.record_scan_run("P")
-    stats.record_shape_mismatch("P", 2)
+    counters.record_scan_run("P")
+    counters.record_shape_mismatch("P", 2)
     assert arm_accel.stats()["P"]["scan_runs"] == 1
     assert arm_accel.stats()["P"]["shape_mismatches"] == 2
     assert sum("why" in r.getMessage() for r in caplog.records) == 1

@@ -29,7 +29,7 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import models, stats, switch
+from arm_accel import counters, models, switch
 from arm_accel.devtools import capture
 from arm_accel.testing import assert_graphs_equal
 from fuzz_models import Op, Spec
@@ -119,10 +119,10 @@ def check_spec(spec: Spec, modes: tuple[str, ...] = ("FP", "INT")) -> None:
         except Exception:  # noqa: BLE001 - no pass of ours ran: both lowerings would raise it
             continue
         stock = lower_once(edge, mode, accelerated=False)
-        before = stats.snapshot()
+        before = counters.snapshot()
         ours = lower_once(edge, mode, accelerated=True)
         compare(stock, ours, mode)
-        assert_fast_path_ran(before, stats.snapshot(), ours, mode)
+        assert_fast_path_ran(before, counters.snapshot(), ours, mode)
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> Counter[str]:
@@ -203,15 +203,15 @@ def test_compare_catches_a_different_graph() -> None:
     edge = edge_stage(models.export_for_arm(model, inputs, "FP"), "FP")
     stock = lower_once(edge, "FP", accelerated=False)
     assert stock.error is None and stock.calls, "the five passes never ran"
-    before = stats.snapshot()
+    before = counters.snapshot()
     ours = lower_once(edge, "FP", accelerated=True)
     compare(stock, ours, "FP")
-    assert_fast_path_ran(before, stats.snapshot(), ours, "FP")
+    assert_fast_path_ran(before, counters.snapshot(), ours, "FP")
     # A lowering with acceleration off fails the fast-path check.
-    before = stats.snapshot()
+    before = counters.snapshot()
     again = lower_once(edge, "FP", accelerated=False)
     with pytest.raises(AssertionError, match="no call ran accelerated"):
-        assert_fast_path_ran(before, stats.snapshot(), again, "FP")
+        assert_fast_path_ran(before, counters.snapshot(), again, "FP")
     # Tamper with one recorded graph: an extra node must be reported.
     name, gm = ours.calls[-1]
     gm = copy.deepcopy(gm)

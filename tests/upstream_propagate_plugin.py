@@ -89,9 +89,9 @@ def pytest_configure(config: object) -> None:
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    from arm_accel import stats
+    from arm_accel import counters
 
-    print("\nARM_ACCEL_STATS " + json.dumps(stats.snapshot()))
+    print("\nARM_ACCEL_STATS " + json.dumps(counters.snapshot()))
     print("ARM_ACCEL_DIFFERENTIAL " + json.dumps(_DIFF))
     if _DIFF["not_copyable"]:
         print(f"ERROR: {_DIFF['not_copyable']} call(s) could not be compared (input not copyable)")

@@ -15,7 +15,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from arm_accel import stats
+    from arm_accel import counters as stats
     from arm_accel.switch import disabled, enabled, is_enabled
 
     __version__: str
@@ -51,7 +51,7 @@ def disable() -> None:
 
 
 def reset_stats() -> None:
-    from arm_accel import stats as _stats
+    from arm_accel import counters as _stats
 
     _stats.reset()
 
@@ -67,8 +67,8 @@ def __getattr__(name: str) -> "Any":
     if name == "stats":
         # ``arm_accel.stats`` is the stats module, made callable: ``arm_accel.stats()`` returns
         # per pass {calls, accelerated, fallbacks {reason: n}, retraces, seconds}, and
-        # ``from arm_accel import stats; stats.record_call(...)`` keeps working.
-        import arm_accel.stats as _stats
+        # the recording API lives in ``arm_accel.counters``.
+        import arm_accel.counters as _stats
 
         return _stats
     if name in ("disabled", "enabled", "is_enabled"):

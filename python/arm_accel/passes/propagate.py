@@ -10,7 +10,7 @@ themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
 end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
 like stock's.
 
-Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
+Declines (stock pass runs, ``counters.record_fallback``): symbolic shapes, no fake tensors. If a
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
 which is what stock does at that point.
 
@@ -22,7 +22,7 @@ methods, mirrors the modelled re-trace (erase, reorder users, ``new_empty`` valu
 virtual re-trace at the end of the run, which also checks the modelled values. A run ends early
 where a value is not modelled (Python re-traces and plans on); the first scan of a call runs
 alone when the call's input values may be stale. A first scan the planner cannot decide
-exactly is declined before any edit (``stats.record_scan``) and stock's walk runs it
+exactly is declined before any edit (``counters.record_scan``) and stock's walk runs it
 (``_python_scan``).
 
 Transactional like the fusion passes: the call checkpoints the graph it receives
@@ -52,7 +52,7 @@ from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
-from arm_accel import stats, switch
+from arm_accel import counters, switch
 from arm_accel.passes import scan_plan
 from arm_accel.passes.base import GraphJournal, _stock_class, stage
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
@@ -156,7 +156,7 @@ class _VirtualRetraceBase(ExportPass):
                     tracker.apply(prologue=False, arm_pass=isinstance(self, ArmPass))
                 return PassResult(graph_module, True)
             except VirtualRetraceUnsupported as exc:
-                stats.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
+                counters.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
             except Exception as exc:
                 raise AbortCall(exc) from exc
             with stage("real re-trace"):
@@ -303,12 +303,12 @@ class _AcceleratedPropagation:
         with count_retraces() as retraces:
             if reason is not None:
                 if reason != "switched off":
-                    stats.record_fallback(name, reason)
+                    counters.record_fallback(name, reason)
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
                 result, reason = self._transaction(graph_module)
-        stats.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
+        counters.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
         return result
 
     def _transaction(self, graph_module: fx.GraphModule) -> tuple[PassResult, str | None]:
@@ -325,7 +325,7 @@ class _AcceleratedPropagation:
             reason = _failure_reason(exc)
             _state.call_flags.pop(id(self), None)
             journal.rollback()
-            stats.record_fallback(self._stock_name, reason)
+            counters.record_fallback(self._stock_name, reason)
             if switch.strict() and not isinstance(error, RunUnverifiable):
                 raise error from None
             logger.info(
@@ -429,7 +429,7 @@ class _AcceleratedPropagation:
         except VirtualRetraceUnsupported as exc:
             if check:  # a real re-trace would hide what the model got wrong
                 raise RunUnverifiable(str(exc)) from exc
-            stats.record_fallback(self._stock_name, f"virtual retrace: {exc}")
+            counters.record_fallback(self._stock_name, f"virtual retrace: {exc}")
             logger.info("%s: real re-trace (%s)", self._stock_name, exc)
             with stage("real re-trace"):
                 return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
@@ -448,7 +448,7 @@ class _AcceleratedPropagation:
 
     def _raise_mispredictions(self, tracker: VirtualRetracer) -> None:
         if tracker.mismatches:
-            stats.record_shape_mismatch(self._stock_name, tracker.mismatches)
+            counters.record_shape_mismatch(self._stock_name, tracker.mismatches)
             raise Misprediction(
                 f"the between-scan model predicted {tracker.mismatches} value(s), dead node(s)"
                 " or users order(s) differently from the re-trace (please report)"
