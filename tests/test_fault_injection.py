@@ -132,7 +132,7 @@ def _replay(lowering: Lowering, records: list[capture.Captured], hits: Counter[s
 
 
 def _fallbacks(reason: str) -> int:
-    return sum(s["fallbacks"].get(reason, 0) for s in counters.snapshot().values())
+    return sum(s.fallbacks.get(reason, 0) for s in counters.snapshot().values())
 
 
 # -- the faults ---------------------------------------------------------------------------------
@@ -306,7 +306,7 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     snap = counters.snapshot()
     assert hits["hit"] > 0
     for name in PROPAGATION:
-        assert snap[name]["fallbacks"].get(reason, 0) > 0, snap[name]
+        assert snap[name].fallbacks.get(reason, 0) > 0, snap[name]
     MATRIX[stage, "whole lowering (both propagation passes), TOSA bytes"] = (
         f"ok {_fallbacks(reason)}/{hits['hit']}"
     )

@@ -126,8 +126,8 @@ def differential(
     snap = counters.snapshot()
     # make_graph's to_edge re-traces through the re-trace engine: its entries are not the pass's.
     (entry,) = [v for k, v in snap.items() if profiling.is_pass_entry(k)]
-    assert not entry["fallbacks"], entry
-    assert entry["accelerated"] == 1
+    assert not entry.fallbacks, entry
+    assert entry.accelerated == 1
     return ours_res.modified, retraces
 
 
@@ -451,8 +451,8 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
         rb = cls().call(b)
         assert_graphs_equal(ra.graph_module, rb.graph_module)
         entry = counters.snapshot()[name]
-        assert entry["accelerated"] == 0 and entry["calls"] == 1
-        assert sum(entry["fallbacks"].values()) == 1
+        assert entry.accelerated == 0 and entry.calls == 1
+        assert sum(entry.fallbacks.values()) == 1
 
 
 # -- the light export ------------------------------------------------------------------------
@@ -515,4 +515,4 @@ def test_fusion_declines_on_string_targets() -> None:
     stock._targets = set(ours._targets)
     assert_graphs_equal(stock.call(a).graph_module, ours.call(b).graph_module)
     entry = counters.snapshot()["FuseIdenticalInputTransformsPass"]
-    assert entry["accelerated"] == 0 and entry["fallbacks"] == {"string transform target": 1}
+    assert entry.accelerated == 0 and entry.fallbacks == {"string transform target": 1}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import activation, models, switch
+from arm_accel import PassStats, Stats, activation, models, switch
 from arm_accel.devtools import capture
 from arm_accel.passes import propagate
 from arm_accel.retrace import count_retraces
@@ -56,7 +56,7 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
     snap = counters.snapshot()
     for name in {r.pass_name for r in records}:
         ours_calls = sum(r.pass_name == name for r in records)
-        assert snap[name]["accelerated"] == ours_calls, (name, snap[name])
+        assert snap[name].accelerated == ours_calls, (name, snap[name])
 
 
 def _lower(name: str, ours: bool) -> list[bytes]:
@@ -311,8 +311,8 @@ def test_upstream_modules() -> None:
     assert proc.returncode == 0, proc.stdout[-5000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ARM_ACCEL_STATS "))
     snapshot = json.loads(line.removeprefix("ARM_ACCEL_STATS "))
-    assert snapshot["PropagateViewCopyPermuteDownPass"]["accelerated"] > 0
-    assert snapshot["PropagateViewCopyPermuteUpPass"]["accelerated"] > 0
+    assert snapshot["PropagateViewCopyPermuteDownPass"].accelerated > 0
+    assert snapshot["PropagateViewCopyPermuteUpPass"].accelerated > 0
     line = next(x for x in proc.stdout.splitlines() if x.startswith("ARM_ACCEL_DIFFERENTIAL "))
     diff = json.loads(line.removeprefix("ARM_ACCEL_DIFFERENTIAL "))
     assert diff["compared"] > 0 and diff["not_copyable"] == 0, diff
@@ -353,8 +353,8 @@ def test_in_loop_fusions_run_accelerated(name: str) -> None:
     }[name]
     expected = (horizontal, "transforms.CanonicalizeViewCopyPermutePass")
 
-    def accelerated(snapshot: dict[str, dict[str, object]], n: str) -> int:
-        return int(snapshot.get(n, {}).get("accelerated", 0))  # type: ignore[call-overload]
+    def accelerated(snapshot: Stats, n: str) -> int:
+        return snapshot.get(n, PassStats()).accelerated
 
     inputs = (torch.randn(2, 3, 4),)
     with switch.disabled():

@@ -17,7 +17,7 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import counters, retrace_engine, switch
+from arm_accel import PassStats, counters, retrace_engine, switch
 from arm_accel.retrace_engine import inplace
 from arm_accel.testing import assert_graphs_identical
 from executorch.exir import to_edge
@@ -63,8 +63,8 @@ def engine_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
 
 
 def in_place_runs(pass_cls: type) -> tuple[int, dict[str, int]]:
-    entry = counters.snapshot().get(f"{pass_cls.__name__}.retrace", {})
-    return int(entry.get("accelerated", 0)), dict(entry.get("fallbacks", {}))
+    entry = counters.snapshot().get(f"{pass_cls.__name__}.retrace", PassStats())
+    return entry.accelerated, dict(entry.fallbacks)
 
 
 def compare(
@@ -211,8 +211,8 @@ def test_every_pass_identical_to_stock(model: str) -> None:
     accelerated = lower(exported, mode, accelerated=True)
     assert_lowerings_identical(stock, accelerated)
     records = {k: v for k, v in counters.snapshot().items() if k.endswith(".retrace")}
-    in_place = sum(int(v["accelerated"]) for v in records.values())
-    fallbacks = {r for v in records.values() for r in v["fallbacks"]}  # type: ignore[union-attr]
+    in_place = sum(int(v.accelerated) for v in records.values())
+    fallbacks = {r for v in records.values() for r in v.fallbacks}
     assert in_place >= 5, records
     assert fallbacks <= {"call override"}, fallbacks
 
@@ -311,6 +311,6 @@ def test_edge_program_identical_to_stock(model: str) -> None:
     stock, ours = outputs
     assert_programs_equal(stock, ours)
     in_place = {
-        k for k, v in counters.snapshot().items() if k.endswith(".retrace") and v["accelerated"]
+        k for k, v in counters.snapshot().items() if k.endswith(".retrace") and v.accelerated
     }
     assert {"OpReplacePass.retrace", "MemoryFormatOpsPass.retrace"} <= in_place, in_place

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, counters, switch
+from arm_accel import PassStats, _native, counters, switch
 from arm_accel.devtools import capture
 from arm_accel.passes import propagate, scan_plan
 from arm_accel.testing import assert_graphs_equal
@@ -63,7 +63,7 @@ def test_planned_scans_equal_stock_on_fp_models(name: str) -> None:
 
 def _mismatches() -> int:
     snap = counters.snapshot()
-    return sum(int(snap.get(n, {}).get("shape_mismatches", 0)) for n in PASS_NAMES)  # type: ignore[call-overload]
+    return sum(snap.get(n, PassStats()).shape_mismatches for n in PASS_NAMES)
 
 
 @pytest.mark.parametrize("name", ["llama1", "llama1-fp"])
@@ -388,7 +388,7 @@ def test_keepdim_false_declines_and_the_pass_raises_like_stock() -> None:
     with _tosa():
         key, _ = _one_scan(Down(), _permute_mean(False))
     assert key == "declined: reduction without keepdim=True (stock raises)"
-    assert counters.snapshot()["PropagateViewCopyPermuteDownPass"]["scans_declined"] == {
+    assert counters.snapshot()["PropagateViewCopyPermuteDownPass"].scans_declined == {
         "reduction without keepdim=True (stock raises)": 1
     }
 
@@ -535,7 +535,7 @@ def _call_falls_back(reason: str) -> None:
             Down().call(strict_gm)
     assert_graphs_equal(expected.graph_module, got.graph_module)
     entry = counters.snapshot()["PropagateViewCopyPermuteDownPass"]
-    assert entry["accelerated"] == 0 and entry["fallbacks"] == {reason: 2}, entry
+    assert entry.accelerated == 0 and entry.fallbacks == {reason: 2}, entry
 
 
 def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -255,4 +255,4 @@ def test_pass_equals_stock_on_argument_variants(
     assert ra.modified and rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
     entry = counters.snapshot()["transforms.FuseDuplicateUsersPass"]
-    assert entry["accelerated"] == 1 and not entry["fallbacks"]
+    assert entry.accelerated == 1 and not entry.fallbacks

@@ -156,7 +156,7 @@ def _lower(program: Any, mode: str) -> list[bytes]:
 
 
 def _calls() -> dict[str, int]:
-    return {name: s["calls"] for name, s in counters.snapshot().items()}
+    return {name: s.calls for name, s in counters.snapshot().items()}
 
 
 @pytest.fixture
@@ -222,9 +222,9 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
     # The fast path ran under threads (not stock twice), and fell back exactly where the
     # sequential lowerings did.
     for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
-        assert concurrent_stats[name]["accelerated"] > 0, (name, concurrent_stats[name])
-    assert {n: s["fallbacks"] for n, s in concurrent_stats.items()} == {
-        n: s["fallbacks"] for n, s in sequential_stats.items()
+        assert concurrent_stats[name].accelerated > 0, (name, concurrent_stats[name])
+    assert {n: s.fallbacks for n, s in concurrent_stats.items()} == {
+        n: s.fallbacks for n, s in sequential_stats.items()
     }
 
 
@@ -296,10 +296,10 @@ def test_stats_totals_under_threads() -> None:
         th.join()
     s = counters.snapshot()["ThreadPass"]
     total = n_threads * per_thread
-    assert s["calls"] == total and s["retraces"] == total
-    assert s["accelerated"] == total // 2
-    assert s["fallbacks"] == {"threads": total // 10}
-    assert s["seconds"] == pytest.approx(total * 0.001)
+    assert s.calls == total and s.retraces == total
+    assert s.accelerated == total // 2
+    assert s.fallbacks == {"threads": total // 10}
+    assert s.seconds == pytest.approx(total * 0.001)
     counters.reset()
 
 
@@ -342,5 +342,5 @@ def test_guarded_call_counts_each_call_once_under_threads() -> None:
     for th in threads:
         th.join()
     # One call each: the recording class counted its own, the mixin counted the silent one.
-    assert counters.snapshot()["GuardedPass"]["calls"] == 2
+    assert counters.snapshot()["GuardedPass"].calls == 2
     counters.reset()

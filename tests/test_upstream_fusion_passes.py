@@ -164,5 +164,5 @@ def _swap_manager_and_check_stats(monkeypatch: pytest.MonkeyPatch) -> Iterator[N
         s = snap.get(name)
         if s is None:
             continue
-        assert not s["fallbacks"], f"{name} fell back: {s['fallbacks']}"
-        assert s["accelerated"] == s["calls"], f"{name}: {s}"
+        assert not s.fallbacks, f"{name} fell back: {s.fallbacks}"
+        assert s.accelerated == s.calls, f"{name}: {s}"

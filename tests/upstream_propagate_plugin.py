@@ -91,7 +91,7 @@ def pytest_configure(config: object) -> None:
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
     from arm_accel import counters
 
-    print("\nARM_ACCEL_STATS " + json.dumps(counters.snapshot()))
+    print("\nARM_ACCEL_STATS " + json.dumps(counters.snapshot().as_dict()))
     print("ARM_ACCEL_DIFFERENTIAL " + json.dumps(_DIFF))
     if _DIFF["not_copyable"]:
         print(f"ERROR: {_DIFF['not_copyable']} call(s) could not be compared (input not copyable)")

@@ -37,7 +37,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arm_accel.records import Stats
 
 # The five view/permute passes arm-accel accelerates (the propagation pass comes in an Up and
 # a Down class; both count as the fifth).
@@ -392,7 +395,7 @@ def lower_profiled(
     return edge, prof, seconds
 
 
-def stats_snapshot() -> dict[str, Any] | None:
+def stats_snapshot() -> Stats | None:
     """``arm_accel.stats()``, or None where the activation layer is unavailable."""
     import arm_accel
 
@@ -409,23 +412,23 @@ def is_pass_entry(name: str) -> bool:
 
 
 def stats_delta(
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
+    before: Stats | None,
+    after: Stats | None,
     entries: Callable[[str], bool] = is_pass_entry,
 ) -> tuple[int | None, int | None]:
     """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots,
     over the entries ``entries`` selects (the accelerated passes by default)."""
     if before is None or after is None:
         return None, None
+    from arm_accel.records import PassStats
+
     acc = fb = 0
     for name, s in after.items():
         if not entries(name):
             continue
-        b = before.get(name, {})
-        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
-        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
-            dict(b.get("fallbacks", {})).values()
-        )
+        b = before.get(name, PassStats())
+        acc += s.accelerated - b.accelerated
+        fb += s.fallback_count - b.fallback_count
     return acc, fb
 
 
