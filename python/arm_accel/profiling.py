@@ -109,6 +109,19 @@ class Profile:
     def retraces(self) -> int:
         return sum(r.retraces for r in self.rows.values())
 
+    def as_dict(self) -> dict[str, object]:
+        """Every row (sorted by exclusive seconds) and the totals, JSON-ready."""
+        total = self.total_seconds
+        return {
+            "total_seconds": round(total, 6),
+            "lowering_seconds": round(self.lowering_seconds, 6),
+            "lowering_calls": self.lowering_calls,
+            "retraces": self.retraces,
+            "nodes_in": self.nodes_in,
+            "view_permute_seconds": round(self.view_permute_seconds(), 6),
+            "rows": [r.as_dict(total) for r in self.sorted_rows()],
+        }
+
     def sorted_rows(self) -> list[Row]:
         return sorted(self.rows.values(), key=lambda r: (-r.seconds, r.name))
 
