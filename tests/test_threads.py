@@ -1,5 +1,5 @@
 """Issue 7: threads. Kernels release the GIL; concurrent lowerings give the bytes of sequential
-ones; ``arm_accel.stats`` counts every call exactly once under threads."""
+ones; ``arm_accel.stats()`` counts every call exactly once under threads."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ same instance state, and our result must equal stock's (``assert_graphs_equal``,
 ``modified``, or the same exception type and message).
 
 A call whose input cannot be deep-copied cannot be compared: it is counted (``not_copyable``)
-and fails the session. At the end it prints the ``arm_accel.stats`` lines and the differential
+and fails the session. At the end it prints the ``arm_accel.stats()`` lines and the differential
 counts, so the caller can check our classes ran and were compared.
 """
 
