@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from arm_accel import capture, models, stats
+from arm_accel import PassStats, counters, models
+from arm_accel.devtools import capture
 from arm_accel.passes import propagate, scan_plan
 from arm_accel.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
@@ -71,12 +72,12 @@ def checked_scans(
         **kwargs: Any,
     ) -> scan_plan.ScanRun | None:
         reference = copy.deepcopy(graph_module)
-        before = stats.snapshot().get(name, {}).get("scans_declined", {})
+        before = counters.snapshot().get(name, PassStats()).scans_declined
         run = original(pass_, graph_module, name, cache, max_scans, **kwargs)
         if run is None:
-            after = stats.snapshot()[name]["scans_declined"]
-            for reason, n in after.items():  # type: ignore[union-attr]
-                if n != before.get(reason, 0):  # type: ignore[union-attr]
+            after = counters.snapshot()[name].scans_declined
+            for reason, n in after.items():
+                if n != before.get(reason, 0):
                     counts[f"declined: {reason}"] += 1
             return None
         assert 1 <= run.scans <= max_scans
@@ -198,7 +199,7 @@ def main() -> None:
         for key, n in sorted(counts.items()):
             if key != "native":
                 print(f"  {key}: {n}")
-        mismatches = sum(stats.snapshot()[n]["shape_mismatches"] for n in PASS_NAMES)
+        mismatches = sum(counters.snapshot()[n].shape_mismatches for n in PASS_NAMES)
         print(f"  values the between-scan model got wrong: {mismatches}")
         configs = {  # label: (planner on, scans per native run)
             "planner, runs to the fixed point": (True, None),

@@ -11,7 +11,8 @@ import pytest
 # mispredicted value) raises instead of falling back silently. Tests that provoke a fallback on
 # purpose turn it off for themselves (the ``lenient`` fixture).
 os.environ.setdefault("ARM_ACCEL_STRICT", "1")
-from arm_accel import capture, models
+from arm_accel import models
+from arm_accel.devtools import capture
 
 # CI-sized models whose lowerings the tests capture (INT and FP).
 CAPTURE_MODELS = ("dscnnkws", "resnet8", "llama1", "llama1-fp")

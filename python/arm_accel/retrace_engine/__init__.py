@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from arm_accel import stats, switch
+from arm_accel import counters, switch
 from arm_accel.retrace_engine import codegen
 
 logger = logging.getLogger("arm_accel")
@@ -190,18 +190,18 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     reason = _eligible(self, graph_module)
     failure: Exception | None = None
     if reason is not None:
-        stats.record_decline(name, reason)
+        counters.record_decline(name, reason)
     else:
         try:
             result, _engine = inplace.retrace(self, graph_module)
         except inplace.Unsupported as exc:
-            stats.record_decline(name, str(exc))
+            counters.record_decline(name, str(exc))
         except Exception as exc:  # the graph is as it came: run stock, which may raise it too
             failure = exc
-            stats.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
+            counters.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
             logger.debug("arm_accel: in-place re-trace of %s failed", name, exc_info=True)
         else:
-            stats.record_call(name, time.perf_counter() - start, True)
+            counters.record_call(name, time.perf_counter() - start, True)
             return result
     result = stock_call(self, graph_module)
     if failure is not None and switch.strict():
@@ -211,7 +211,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
     # keep those the graph still holds.
     inplace.record_freshness(result.graph_module.graph)
-    stats.record_call(name, time.perf_counter() - start, False)
+    counters.record_call(name, time.perf_counter() - start, False)
     return result
 
 
