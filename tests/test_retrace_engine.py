@@ -93,7 +93,7 @@ def test_scalar_to_tensor_in_place_only_without_a_scalar_to_coerce(
     compare(ScalarToTensorPass, edge_graph)
     torch.manual_seed(0)
     aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
-    stats.reset()
+    counters.reset()
     expected = stock_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
     actual = engine_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
     assert expected.modified and actual.modified
