@@ -106,6 +106,65 @@ class Identity(ExportPass):
     pass
 
 
+class GuardedAddToSub(ExportPass):
+    """The guard most Arm passes open with: every operator but ``add`` passes through."""
+
+    target_ops = (ADD,)
+
+    def call_operator(self, op, args, kwargs, meta, updated=False):  # type: ignore[no-untyped-def]
+        if op not in self.target_ops or len(args) > 2:
+            return super().call_operator(op, args, kwargs, meta)
+        return super().call_operator(SUB, args, kwargs, meta)
+
+
+class LogsFirst(GuardedAddToSub):
+    """A statement before the guard: nothing is known to pass through."""
+
+    def call_operator(self, op, args, kwargs, meta, updated=False):  # type: ignore[no-untyped-def]
+        self.seen = getattr(self, "seen", 0) + 1
+        if op not in self.target_ops:
+            return super().call_operator(op, args, kwargs, meta)
+        return super().call_operator(SUB, args, kwargs, meta)
+
+
+class GuardChangesArgs(GuardedAddToSub):
+    """The guard's ``super()`` call is not given the node's own arguments."""
+
+    def call_operator(self, op, args, kwargs, meta, updated=False):  # type: ignore[no-untyped-def]
+        if op not in self.target_ops:
+            return super().call_operator(op, args, {}, meta)
+        return super().call_operator(SUB, args, kwargs, meta)
+
+
+def test_passthrough_reads_the_guard() -> None:
+    """``passthrough`` knows which operators the pass's ``call_operator`` hands on untouched:
+    all for a pass without one, all but ``target_ops`` behind the usual guard, none when
+    anything else happens first or the guard changes the arguments."""
+    from arm_accel.retrace_engine.passthrough import passthrough
+
+    assert passthrough(Identity())(ADD) and passthrough(Identity())(RELU)  # type: ignore[misc]
+    guarded = passthrough(GuardedAddToSub())
+    assert guarded is not None and guarded(RELU) and not guarded(ADD)
+    assert passthrough(LogsFirst()) is None
+    assert passthrough(GuardChangesArgs()) is None
+    assert passthrough(AddToSub()) is None
+
+
+def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule) -> None:
+    """A guarded pass re-traced in place: identical to stock, the nodes outside its targets
+    claimed without its call chain, the ``add`` it rewrites rebuilt through it."""
+    counters.reset()
+    expected = stock_retrace(GuardedAddToSub(), copy.deepcopy(edge_graph)).graph_module
+    graph = copy.deepcopy(edge_graph)
+    inplace.record_freshness(graph.graph)
+    with retrace_engine.arm_pipeline():
+        result, engine = inplace.retrace(GuardedAddToSub(), graph)
+    assert_graphs_identical(expected, result.graph_module)
+    adds = sum(n.target == ADD for n in edge_graph.graph.nodes)
+    calls = sum(n.op == "call_function" for n in edge_graph.graph.nodes)
+    assert adds > 0 and engine.passed_through == calls - adds
+
+
 class AddToSub(ExportPass):
     def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
         if op == ADD:

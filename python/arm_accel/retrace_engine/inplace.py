@@ -44,6 +44,8 @@ from torch.fx.node import map_arg
 from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
+from arm_accel.retrace_engine.passthrough import passthrough
+
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
     """The graph or the pass holds something the in-place re-trace does not model."""
@@ -397,6 +399,7 @@ class InplaceRetrace:
         self.fetched: tuple[Any, Any] | None = None
         self.anchor: fx.Node | None = None
         self.dispatched = 0
+        self.passed_through = 0  # nodes claimed without the pass's call chain (``passthrough``)
         self.journal = _Journal(self.graph)
 
     # -- hooks the tracer and the pass call ------------------------------------------------
@@ -519,6 +522,7 @@ class InplaceRetrace:
         pass_ = self.pass_
         interpreter_cls = type(pass_).ExportInterpreter
         engine = self
+        through = passthrough(pass_)
 
         class Interpreter(interpreter_cls):  # type: ignore[misc, valid-type]
             def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[Any, Any]:
@@ -536,6 +540,13 @@ class InplaceRetrace:
                 self.node = n
                 if n.op == "output":
                     self.callback.node_debug_str = n.format_node()
+                if through is not None and n.op == "call_function" and through(n.target):
+                    # What the pass's call chain would end in (``passthrough``): the claim.
+                    engine.passed_through += 1
+                    with self._set_current_node(n):
+                        args, kwargs = self.fetch_args_kwargs_from_env(n)
+                        meta = NodeMetadata(n.meta)
+                        return engine._claim(n, "call_function", n.target, args, kwargs, meta)
                 return fx.Interpreter.run_node(self, n)
 
         # NodeSource records "Interpreter_<class name>" of stock's interpreter.
