@@ -10,6 +10,9 @@ use pyo3::types::PyDict;
 
 use crate::table::{NodeTable, TableError};
 
+mod dims;
+mod propagate;
+
 // A Rust panic inside a kernel. pyo3's own `PanicException` derives from `BaseException` and
 // would escape every `except Exception` fallback; this one is a `RuntimeError`, so the fallbacks
 // handle it like any other failure.
@@ -279,7 +282,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(duplicate_user_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(user_signatures, m)?)?;
     m.add_function(wrap_pyfunction!(constant_mask, m)?)?;
-    crate::py_propagate::register(m)?;
-    crate::py_scan_plan::register(m)?;
+    dims::register(m)?;
+    propagate::register(m)?;
     Ok(())
 }

@@ -6,8 +6,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 
+use super::{checked_array, guarded, slice, Borrowed};
 use crate::propagate::{self, ArgValue, Between, Config, Direction, Edit, RunInput, ScanInput};
-use crate::python::{checked_array, guarded, slice, Borrowed};
 
 fn array<'py, T: Element>(
     obj: &Bound<'py, PyAny>,

@@ -18,10 +18,12 @@
 
 use std::fmt;
 
-use crate::dims::{PermuteMap, ViewMap};
 use crate::table::{class, flag, op, NodeTable, TableError};
+use dims::{PermuteMap, ViewMap};
 
+pub mod dims;
 mod run;
+pub mod shapes;
 
 pub use run::{
     plan_run, plan_run_checked, retrace, Between, RunInput, RunPlan, ScanStep, ShapeWrite,

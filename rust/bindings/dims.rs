@@ -1,10 +1,10 @@
-//! PyO3 bindings of the view/permute propagation kernels ([`crate::dims`]). Conversion only.
+//! PyO3 bindings of the view/permute propagation kernels ([`crate::propagate::dims`]). Conversion only.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dims::{self, DimError};
-use crate::python::guarded;
+use super::guarded;
+use crate::propagate::dims::{self, DimError};
 
 fn dim_err(e: DimError) -> PyErr {
     PyValueError::new_err(e.to_string())
