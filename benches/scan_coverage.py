@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from arm_accel import capture, models, stats
-from arm_accel.passes import propagate, scan_plan
-from arm_accel.retrace import VirtualRetracer
+from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
 from torch import fx
@@ -83,7 +83,7 @@ def checked_scans(
         for k in range(run.scans):
             if k:
                 reference = retrace(pass_, reference)
-            expected = propagate.PropagateViewCopyPermuteDownPass._python_scan(pass_, reference)
+            expected = accelerated.PropagateViewCopyPermuteDownPass._python_scan(pass_, reference)
             last = k == run.scans - 1
             assert expected == (not last or not run.fixed_point), f"scan {k}: stock {expected}"
         assert run.modified == (run.scans > 1 or not run.fixed_point)
@@ -116,7 +116,7 @@ def replay(records: list[capture.Captured]) -> None:
         if record.pass_name not in PASS_NAMES:
             continue
         inst = record.pass_instance
-        cls = getattr(propagate, record.pass_name)
+        cls = getattr(accelerated, record.pass_name)
         with _tosa_context(inst):
             cls(inst.compile_spec, inst.exported_program).call(record.fresh_graph())
 
@@ -125,10 +125,10 @@ def timed_replay(
     records: list[capture.Captured], enabled: bool, max_scans: int | None = None
 ) -> tuple[float, int]:
     """Seconds for replaying every call, and the virtual re-traces they ran."""
-    previous = scan_plan.ENABLED, propagate.MAX_SCANS_PER_RUN
+    previous = scan_plan.ENABLED, accelerated.MAX_SCANS_PER_RUN
     scan_plan.ENABLED = enabled
     if max_scans is not None:
-        propagate.MAX_SCANS_PER_RUN = max_scans
+        accelerated.MAX_SCANS_PER_RUN = max_scans
     original_apply = VirtualRetracer.apply
     retraces = 0
 
@@ -144,7 +144,7 @@ def timed_replay(
         return time.perf_counter() - start, retraces
     finally:
         VirtualRetracer.apply = original_apply  # type: ignore[method-assign]
-        scan_plan.ENABLED, propagate.MAX_SCANS_PER_RUN = previous
+        scan_plan.ENABLED, accelerated.MAX_SCANS_PER_RUN = previous
 
 
 def first_scan_costs(records: list[capture.Captured], repeat: int = 5) -> None:
@@ -154,7 +154,7 @@ def first_scan_costs(records: list[capture.Captured], repeat: int = 5) -> None:
 
     for record in records:
         inst = record.pass_instance
-        pass_ = getattr(propagate, record.pass_name)(inst.compile_spec, inst.exported_program)
+        pass_ = getattr(accelerated, record.pass_name)(inst.compile_spec, inst.exported_program)
         config = scan_plan.scan_config(pass_)
         assert not isinstance(config, str), config
         direction, tosa = config

@@ -28,17 +28,16 @@ from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
-    propagate,
     remove_permutes_around_elementwise,
-    scan_plan,
 )
 from arm_accel.passes.base import _stock_class
-from arm_accel.retrace import VirtualRetracer
+from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.pass_base import _ExportPassBase
 
 MODEL = "llama1"
-STAGES = propagate.STAGES
+STAGES = accelerated.STAGES
 PROPAGATION = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 #: Fusion pass -> the mixin every accelerated variant of it (Arm, transforms, Virtual) derives.
 FUSIONS: dict[str, type] = {
@@ -110,7 +109,7 @@ def _classes(record: capture.Captured) -> tuple[type, type]:
     """(stock, ours) Arm classes of a captured call."""
     name = record.pass_name
     if name in PROPAGATION:
-        return propagate._stock_class(getattr(propagate, name)), getattr(propagate, name)
+        return accelerated._stock_class(getattr(accelerated, name)), getattr(accelerated, name)
     return _stock_class(ACCELERATED[name]), ACCELERATED[name]
 
 
@@ -190,7 +189,7 @@ def _propagation_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
             raise InjectedFault("real re-trace")
         return result
 
-    mp.setattr(propagate._AcceleratedPropagation, "_retrace", real_retrace, raising=False)
+    mp.setattr(accelerated._AcceleratedPropagation, "_retrace", real_retrace, raising=False)
     return hits, "real re-trace failed: InjectedFault", (name,)
 
 
@@ -240,7 +239,7 @@ def _fusion_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
         return hits, "apply failed: InjectedFault", (name,)
     # The virtual re-trace a fusion ends with inside a propagation call: the propagation call
     # rolls back (the fusion's own fallback could not undo it).
-    set_tracker = propagate._VirtualRetraceBase._set_tracker
+    set_tracker = accelerated._VirtualRetraceBase._set_tracker
 
     def tracked(self: Any, tracker: VirtualRetracer, owner: str) -> None:
         if isinstance(self, mixin):
@@ -254,7 +253,7 @@ def _fusion_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
             tracker.apply = failing  # type: ignore[method-assign]
         set_tracker(self, tracker, owner)
 
-    mp.setattr(propagate._VirtualRetraceBase, "_set_tracker", tracked)
+    mp.setattr(accelerated._VirtualRetraceBase, "_set_tracker", tracked)
     return hits, "virtual re-trace failed: InjectedFault", PROPAGATION
 
 
@@ -311,7 +310,7 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     )
 
 
-@pytest.mark.parametrize("max_scans", [propagate.MAX_SCANS_PER_RUN, 2])
+@pytest.mark.parametrize("max_scans", [accelerated.MAX_SCANS_PER_RUN, 2])
 def test_misprediction_rolls_back_and_runs_stock(
     lowering: Lowering, max_scans: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -321,7 +320,7 @@ def test_misprediction_rolls_back_and_runs_stock(
     (graphs equal stock's), counted as ``misprediction``; strict, it raises."""
     import torch
 
-    monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
+    monkeypatch.setattr(accelerated, "MAX_SCANS_PER_RUN", max_scans)
     hits: Counter[str] = Counter()
     mirror = scan_plan.mirror_retrace
 
@@ -344,7 +343,7 @@ def test_misprediction_rolls_back_and_runs_stock(
     # Strict: the first corrupted call raises.
     monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
     hits.clear()
-    with tosa_context(lowering.records), pytest.raises(propagate.Misprediction):
+    with tosa_context(lowering.records), pytest.raises(accelerated.Misprediction):
         for record in records:
             as_class(record.pass_instance, _classes(record)[1]).call(record.fresh_graph())
 

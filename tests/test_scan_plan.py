@@ -1,4 +1,4 @@
-"""The native one-scan propagation planner (``rust/propagate.rs``, ``passes/scan_plan.py``).
+"""The native one-scan propagation planner (``rust/propagate/``, ``passes/propagate/scan_plan.py``).
 
 Every scan the planner answers is compared with stock's own walk run on a deep copy of the same
 graph (``benches/scan_coverage.checked_scans``: ``assert_graphs_equal`` plus users order), on
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from arm_accel import _native, capture, stats, switch
-from arm_accel.passes import propagate, scan_plan
+from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
@@ -26,8 +26,8 @@ from torch import fx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 from scan_coverage import PASS_NAMES, assert_users_equal, checked_scans, replay  # noqa: E402
 
-Down = propagate.PropagateViewCopyPermuteDownPass
-Up = propagate.PropagateViewCopyPermuteUpPass
+Down = accelerated.PropagateViewCopyPermuteDownPass
+Up = accelerated.PropagateViewCopyPermuteUpPass
 edge = exir_ops.edge.aten
 
 
@@ -71,7 +71,7 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     run equal to stock's scans with real re-traces between (graphs, values, users order); the
     closing re-traces find no value the model got wrong; fewer virtual re-traces run than with
     one scan per run."""
-    from arm_accel.retrace import VirtualRetracer
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
     from conftest import captured_lowering
 
     records, _ = captured_lowering(name)
@@ -87,12 +87,12 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     original = VirtualRetracer.apply
 
     def apply(self: VirtualRetracer, **kwargs: Any) -> int:
-        applied[propagate.MAX_SCANS_PER_RUN] += 1
+        applied[accelerated.MAX_SCANS_PER_RUN] += 1
         return original(self, **kwargs)
 
     monkeypatch.setattr(VirtualRetracer, "apply", apply)
     for max_scans in (1, 1 << 16):
-        monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
+        monkeypatch.setattr(accelerated, "MAX_SCANS_PER_RUN", max_scans)
         replay(records)
     assert applied[1 << 16] < applied[1], applied
 
@@ -355,7 +355,7 @@ def test_generic_configuration_swaps_sum_where_tosa_does_not() -> None:
     """The backend-neutral passes count sum.dim_IntList as a reduction, the TOSA ones do not."""
     from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 
-    generic_down = propagate.accelerate(generic.PropagateViewCopyPermuteDownPass)
+    generic_down = accelerated.accelerate(generic.PropagateViewCopyPermuteDownPass)
     assert scan_plan.scan_config(generic_down()) == ("down", False)
     key, _ = _one_scan(generic_down(), _permute_sum())
     assert key == "native"
@@ -446,7 +446,7 @@ def test_whole_calls_equal_stock_on_hand_built_graphs() -> None:
                 if ours:
                     counts: Counter[str] = Counter()
                     with checked_scans(counts):
-                        results.append(getattr(propagate, cls_name)().call(gm))
+                        results.append(getattr(accelerated, cls_name)().call(gm))
                     assert counts["native"] >= 1, counts
                 else:
                     with switch.disabled():
@@ -525,7 +525,7 @@ def _call_falls_back(reason: str) -> None:
     counted as one fallback with ``reason``; strict, it raises."""
     stock_gm, ours_gm, strict_gm = _fake_permute_relu(), _fake_permute_relu(), _fake_permute_relu()
     with _tosa():
-        expected = propagate._StockDown().call(stock_gm)
+        expected = accelerated._StockDown().call(stock_gm)
         stats.reset()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("ARM_ACCEL_STRICT", "0")

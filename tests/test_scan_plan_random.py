@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from arm_accel.passes import propagate, scan_plan
+from arm_accel.passes.propagate import accelerated, scan_plan
 from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
@@ -128,10 +128,10 @@ def refresh(gm: fx.GraphModule) -> None:
 
 def _passes() -> list[Any]:
     return [
-        propagate.PropagateViewCopyPermuteDownPass,
-        propagate.PropagateViewCopyPermuteUpPass,
-        propagate.accelerate(generic.PropagateViewCopyPermuteDownPass),
-        propagate.accelerate(generic.PropagateViewCopyPermuteUpPass),
+        accelerated.PropagateViewCopyPermuteDownPass,
+        accelerated.PropagateViewCopyPermuteUpPass,
+        accelerated.accelerate(generic.PropagateViewCopyPermuteDownPass),
+        accelerated.accelerate(generic.PropagateViewCopyPermuteUpPass),
     ]
 
 

@@ -1,4 +1,4 @@
-"""Typed stub of the native module built from ``rust/python.rs``."""
+"""Typed stub of the native module built from ``rust/bindings/``."""
 
 from collections.abc import Sequence
 from typing import Protocol
@@ -63,9 +63,9 @@ def user_signatures(
 def constant_mask(table: _Table) -> npt.NDArray[np.bool_]:
     """Per-node constant membership from the table's CONSTANT flags."""
 
-# rust/dims.rs (bindings in rust/py_propagate.rs): dim_maps' ViewMap / PermuteMap over concrete
-# dims. Where dim_maps returns None these return None; where it raises they raise ValueError
-# (as they do for malformed input and for products that overflow int64).
+# rust/propagate/dims.rs (bindings in rust/bindings/dims.rs): dim_maps' ViewMap / PermuteMap
+# over concrete dims. Where dim_maps returns None these return None; where it raises they raise
+# ValueError (as they do for malformed input and for products that overflow int64).
 _Dims = int | Sequence[int]
 
 class ViewMap:
@@ -105,7 +105,7 @@ class PermuteMap:
     def map_dims(self, dims: _Dims) -> list[int]: ...
     def map_dims_inverse(self, dims: _Dims) -> list[int]: ...
 
-# rust/propagate.rs (binding in rust/py_scan_plan.rs): one PropagateViewCopyPermute scan.
+# rust/propagate/ (bindings in rust/bindings/propagate.rs): one PropagateViewCopyPermute scan.
 _ArgValue = int | list[int]
 _ForkBranch = tuple[int, list[int], tuple[int, list[_ArgValue]] | None, int]
 _Edit = (

@@ -33,7 +33,7 @@ fn int_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
         .map_err(|_| PyValueError::new_err(format!("{what}: expected an int")))
 }
 
-/// `dim_maps.ViewMap.from_shapes` over concrete dims (see `rust/dims.rs`).
+/// `dim_maps.ViewMap.from_shapes` over concrete dims (see `rust/propagate/dims.rs`).
 #[pyclass(name = "ViewMap", module = "arm_accel._native", frozen)]
 struct PyViewMap {
     inner: dims::ViewMap,

@@ -1,4 +1,4 @@
-"""Propagation scans decided in Rust (``rust/propagate.rs``), applied here with stock's edits.
+"""Propagation scans decided in Rust (``rust/propagate/``), applied here with stock's edits.
 
 Stock's scan is ``for node in graph order: skip stale; if target in _targets and has users:
 _propagate(node, stale)``, and after every modifying scan a re-trace. ``run_scans`` exports the
@@ -423,7 +423,10 @@ RETRACE_KEEPS_VALUE = 2
 def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     """Per node: fx's ``is_impure()`` (what the DCE keeps) and whether ``ArmPass`` keeps the
     node's old value on a re-trace (a quantized op without a fake kernel)."""
-    from arm_accel.retrace import _ops_without_quantized_fake_kernel, arm_keeps_value
+    from arm_accel.passes.propagate.retrace import (
+        _ops_without_quantized_fake_kernel,
+        arm_keeps_value,
+    )
 
     nodes = table.nodes
     bits = np.zeros(len(nodes), dtype=np.uint8)
