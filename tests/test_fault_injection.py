@@ -35,6 +35,7 @@ from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.pass_base import _ExportPassBase
+from support.scans import scans_per_run
 
 MODEL = "llama1"
 STAGES = accelerated.STAGES
@@ -310,9 +311,9 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     )
 
 
-@pytest.mark.parametrize("max_scans", [accelerated.MAX_SCANS_PER_RUN, 2])
+@pytest.mark.parametrize("max_scans", [None, 2])
 def test_misprediction_rolls_back_and_runs_stock(
-    lowering: Lowering, max_scans: int, monkeypatch: pytest.MonkeyPatch
+    lowering: Lowering, max_scans: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The between-scan model's values are corrupted (dtype of its first value write) in every
     run: the check catches it -- at the closing re-trace of runs to the fixed point, and before
@@ -320,7 +321,6 @@ def test_misprediction_rolls_back_and_runs_stock(
     (graphs equal stock's), counted as ``misprediction``; strict, it raises."""
     import torch
 
-    monkeypatch.setattr(accelerated, "MAX_SCANS_PER_RUN", max_scans)
     hits: Counter[str] = Counter()
     mirror = scan_plan.mirror_retrace
 
@@ -334,16 +334,21 @@ def test_misprediction_rolls_back_and_runs_stock(
     monkeypatch.setattr(scan_plan, "mirror_retrace", corrupt)
     monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
     records = [r for n in PROPAGATION for r in lowering.inputs_of(n)]
-    _replay(lowering, records, hits)
+    with scans_per_run(max_scans):
+        _replay(lowering, records, hits)
     assert hits["hit"], "no run of the captured calls wrote a modelled value"
     assert _fallbacks("misprediction") > 0, stats.snapshot()
-    MATRIX[f"misprediction (max {max_scans} scans/run)", "propagation"] = (
+    MATRIX[f"misprediction (max {max_scans or 'all'} scans/run)", "propagation"] = (
         f"ok {_fallbacks('misprediction')}/{hits['hit']}"
     )
     # Strict: the first corrupted call raises.
     monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
     hits.clear()
-    with tosa_context(lowering.records), pytest.raises(accelerated.Misprediction):
+    with (
+        scans_per_run(max_scans),
+        tosa_context(lowering.records),
+        pytest.raises(accelerated.Misprediction),
+    ):
         for record in records:
             as_class(record.pass_instance, _classes(record)[1]).call(record.fresh_graph())
 

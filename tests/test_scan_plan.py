@@ -1,7 +1,7 @@
 """The native one-scan propagation planner (``rust/propagate/``, ``passes/propagate/scan_plan.py``).
 
 Every scan the planner answers is compared with stock's own walk run on a deep copy of the same
-graph (``benches/scan_coverage.checked_scans``: ``assert_graphs_equal`` plus users order), on
+graph (``support.scans.checked_scans``: ``assert_graphs_equal`` plus users order), on
 captured lowerings and on hand-built graphs that put each rule in play. Declines are checked
 to leave the graph untouched and to be counted with their reason.
 """
@@ -9,9 +9,7 @@ to leave the graph untouched and to be counted with their reason.
 from __future__ import annotations
 
 import copy
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,10 +19,8 @@ from arm_accel import _native, capture, stats, switch
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
+from support.scans import PASS_NAMES, assert_users_equal, checked_scans, replay, scans_per_run
 from torch import fx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
-from scan_coverage import PASS_NAMES, assert_users_equal, checked_scans, replay  # noqa: E402
 
 Down = accelerated.PropagateViewCopyPermuteDownPass
 Up = accelerated.PropagateViewCopyPermuteUpPass
@@ -83,18 +79,18 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     assert not [k for k in counts if k.startswith("declined")], counts
     assert _mismatches() == before
 
-    applied = Counter[int]()
+    applied = Counter[int | None]()
     original = VirtualRetracer.apply
+    for max_scans in (1, None):
 
-    def apply(self: VirtualRetracer, **kwargs: Any) -> int:
-        applied[accelerated.MAX_SCANS_PER_RUN] += 1
-        return original(self, **kwargs)
+        def apply(self: VirtualRetracer, limit: int | None = max_scans, **kwargs: Any) -> int:
+            applied[limit] += 1
+            return original(self, **kwargs)
 
-    monkeypatch.setattr(VirtualRetracer, "apply", apply)
-    for max_scans in (1, 1 << 16):
-        monkeypatch.setattr(accelerated, "MAX_SCANS_PER_RUN", max_scans)
-        replay(records)
-    assert applied[1 << 16] < applied[1], applied
+        monkeypatch.setattr(VirtualRetracer, "apply", apply)
+        with scans_per_run(max_scans):
+            replay(records)
+    assert applied[None] < applied[1], applied
 
 
 # -- hand-built graphs -----------------------------------------------------------------------
@@ -415,16 +411,6 @@ def test_overriding_a_rule_declines_every_scan() -> None:
     with _tosa():
         key, _ = _one_scan(Custom(), _permute_relu())
     assert key == "declined: pass overrides a propagation rule"
-
-
-def test_disabled_planner_runs_the_python_walk() -> None:
-    previous = scan_plan.ENABLED
-    scan_plan.ENABLED = False
-    try:
-        with _tosa():
-            assert scan_plan.run_scan(Down(), _permute_relu(), "x") is None
-    finally:
-        scan_plan.ENABLED = previous
 
 
 def test_whole_calls_equal_stock_on_hand_built_graphs() -> None:

@@ -12,9 +12,7 @@ scans modelled in Rust), checked the same way against stock's scans with ``refre
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,10 +20,8 @@ import torch
 from arm_accel.passes.propagate import accelerated, scan_plan
 from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 from executorch.exir.dialects._ops import ops as exir_ops
+from support.scans import checked_scans
 from torch import fx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
-from scan_coverage import checked_scans  # noqa: E402
 
 edge = exir_ops.edge.aten
 UNARY = (edge.relu.default, edge.neg.default, edge.abs.default)

@@ -381,10 +381,6 @@ def fx_counts(
     }
 
 
-def shapes_equal(a: Sequence[int], b: Sequence[int]) -> bool:
-    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
-
-
 # -- light export ----------------------------------------------------------------------------
 #
 # The kernels of issue 3 read only the op kinds, target codes and classes, the input/user CSR and

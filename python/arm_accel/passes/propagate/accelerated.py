@@ -187,9 +187,9 @@ _ACCELERATED_FUSIONS: dict[type, type] = {
 #: Run the in-loop fusions through their accelerated variants (issue 4); off only to measure.
 ACCELERATED_IN_LOOP_FUSIONS = True
 
-#: Scans planned in one native run, the re-traces between them modelled (issue 4); 1 plans
-#: every scan on its own with a virtual re-trace after it (to measure, or to bisect a bug).
-MAX_SCANS_PER_RUN = 1 << 16
+# Bound of one native run of scans (the re-traces between them modelled): a guard against a
+# planner that never reaches the fixed point, far above any real graph's scan count.
+_SCANS_PER_RUN = 1 << 16
 
 
 def _fusion_class(looked_up: type) -> type:
@@ -371,7 +371,7 @@ class _AcceleratedPropagation:
             tracker = VirtualRetracer(graph_module)
             # Scans after the first read re-traced values: the native model of the re-trace
             # between scans starts from exact values only.
-            max_scans = MAX_SCANS_PER_RUN if self._arm_accel_exact else 1
+            max_scans = _SCANS_PER_RUN if self._arm_accel_exact else 1
             run = scan_plan.run_scans(
                 self,
                 graph_module,

@@ -53,10 +53,6 @@ class PlanMismatch(RuntimeError):
     the graph is half-edited, the propagation call rolls it back and runs stock."""
 
 
-#: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
-ENABLED = True
-
-
 class Form(enum.IntFlag):
     """Per-node argument-form bits; mirrors ``propagate::form``."""
 
@@ -497,8 +493,6 @@ def run_scans(
     model against a re-trace. Exporter and planner failures raise (tagged stage ``plan``),
     edits that do not apply as planned raise ``PlanMismatch`` (stage ``apply``): the caller
     rolls the call back."""
-    if not ENABLED:
-        return None
     config = scan_config(pass_)
     if isinstance(config, str):
         stats.record_scan(name, config)
