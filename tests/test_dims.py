@@ -17,6 +17,9 @@ from arm_accel import _native
 from executorch.backends.transforms import dim_maps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.native import needs_testing
+
+pytestmark = needs_testing
 
 RAISES = "raises"
 

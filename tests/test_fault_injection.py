@@ -35,6 +35,7 @@ from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.pass_base import _ExportPassBase
+from support.native import needs_testing
 from support.scans import scans_per_run
 
 MODEL = "llama1"
@@ -150,6 +151,8 @@ def _propagation_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
         return not name or direction in type(pass_).__name__
 
     if stage == "plan":  # a Rust panic in the planner
+        if not _native.TESTING:
+            pytest.skip(needs_testing.kwargs["reason"])
         original = _native.plan_propagation_run
 
         def planner(*args: Any) -> Any:
@@ -290,6 +293,7 @@ def _lower_accelerated(lowering: Lowering) -> list[bytes]:
     return models.tosa_bytes(models.lower(copy.deepcopy(lowering.exported), lowering.mode))
 
 
+@needs_testing
 def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     lowering: Lowering, monkeypatch: pytest.MonkeyPatch
 ) -> None:

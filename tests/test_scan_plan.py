@@ -19,6 +19,7 @@ from arm_accel import _native, capture, stats, switch
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
+from support.native import needs_testing
 from support.scans import PASS_NAMES, assert_users_equal, checked_scans, replay, scans_per_run
 from torch import fx
 
@@ -452,12 +453,14 @@ def _inputs() -> tuple[Any, ...]:
     return exported
 
 
+@needs_testing
 def test_binding_answers_a_valid_input() -> None:
     table, extra, special, form = _inputs()
     answer = _native.plan_propagation_scan(table, extra, special, form, "down", True)
     assert answer == ("plan", True, [("move", 1, 2, 1)])
 
 
+@needs_testing
 @pytest.mark.parametrize(
     ("field", "corrupt", "message"),
     [
@@ -487,6 +490,7 @@ def test_malformed_input_is_a_value_error(field: str, corrupt: Any, message: str
         )
 
 
+@needs_testing
 def test_bad_direction_is_a_value_error() -> None:
     table, extra, special, form = _inputs()
     with pytest.raises(ValueError, match="direction"):
@@ -560,6 +564,7 @@ def test_exporter_error_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> 
     _call_falls_back("plan failed: RuntimeError")
 
 
+@needs_testing
 def test_native_panic_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Rust panic in the planner reaches Python as ``NativePanic`` (an ``Exception``, not
     pyo3's ``BaseException``) naming the kernel; the call rolls back and runs stock."""

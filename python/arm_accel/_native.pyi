@@ -7,6 +7,8 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+#: Whether the test-only bindings are in (cargo feature ``testing``; marked "Test-only" below).
+TESTING: bool
 
 class _Table(Protocol):
     op: npt.NDArray[np.uint8]
@@ -43,7 +45,8 @@ def collect_chains(
 def duplicate_user_candidates(
     table: _Table, group_key: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """Producers (graph order) with two or more call_function users sharing a group key.
+    """Test-only. Producers (graph order) with two or more call_function users sharing a group
+    key.
 
     ``group_key`` has one int64 per target code; negative keys mark targets never fused.
     """
@@ -64,8 +67,9 @@ def constant_mask(table: _Table) -> npt.NDArray[np.bool_]:
     """Per-node constant membership from the table's CONSTANT flags."""
 
 # rust/propagate/dims.rs (bindings in rust/bindings/dims.rs): dim_maps' ViewMap / PermuteMap
-# over concrete dims. Where dim_maps returns None these return None; where it raises they raise
-# ValueError (as they do for malformed input and for products that overflow int64).
+# over concrete dims, test-only (the planner uses them inside Rust). Where dim_maps returns None
+# these return None; where it raises they raise ValueError (as they do for malformed input and
+# for products that overflow int64).
 _Dims = int | Sequence[int]
 
 class ViewMap:
@@ -123,7 +127,7 @@ def plan_propagation_scan(
     direction: str,
     tosa: bool,
 ) -> tuple[str, bool, list[_Edit]] | tuple[str, str, int | None]:
-    """Plan one stock propagation scan over ``table``.
+    """Test-only. Plan one stock propagation scan over ``table``.
 
     ``target_extra`` (uint32 per target code), ``special`` (int32 per node: 0 none, 1 INT48,
     other positive codes for other special dtypes) and ``form`` (uint32 argument-form bits per

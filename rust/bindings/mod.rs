@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use crate::table::TableError;
 
 mod chains;
+#[cfg(feature = "testing")]
 mod dims;
 mod membership;
 mod propagate;
@@ -78,6 +79,7 @@ type CsrPair<'py> = (Bound<'py, PyArray1<i64>>, Bound<'py, PyArray1<i64>>);
 
 /// Test-only: panics inside the binding guard, so tests can check that a panic reaches Python
 /// as `NativePanic` and that the passes' fallbacks handle it. Never called by the package.
+#[cfg(feature = "testing")]
 #[pyfunction]
 fn _test_panic(message: &str) -> PyResult<()> {
     guarded("_test_panic", || panic!("{message}"))
@@ -87,11 +89,15 @@ fn _test_panic(message: &str) -> PyResult<()> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("NativePanic", m.py().get_type::<NativePanic>())?;
+    // Whether the test-only bindings are in (feature `testing`).
+    m.add("TESTING", cfg!(feature = "testing"))?;
+    #[cfg(feature = "testing")]
     m.add_function(wrap_pyfunction!(_test_panic, m)?)?;
     table::register(m)?;
     chains::register(m)?;
     signature::register(m)?;
     membership::register(m)?;
+    #[cfg(feature = "testing")]
     dims::register(m)?;
     propagate::register(m)?;
     Ok(())

@@ -141,7 +141,9 @@ fn between_tuple<'py>(py: Python<'py>, b: &Between) -> PyResult<Bound<'py, PyTup
 }
 
 /// Plans one stock propagation scan. Returns `("plan", modified, edits)` or
-/// `("decline", reason, node_or_None)`; ValueError on malformed input.
+/// `("decline", reason, node_or_None)`; ValueError on malformed input. Test-only: the pass
+/// plans runs (`plan_propagation_run`).
+#[cfg(feature = "testing")]
 #[pyfunction]
 #[pyo3(signature = (table, target_extra, special, form, direction, tosa))]
 fn plan_propagation_scan<'py>(
@@ -222,6 +224,7 @@ fn plan_propagation_run<'py>(
 }
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    #[cfg(feature = "testing")]
     m.add_function(wrap_pyfunction!(plan_propagation_scan, m)?)?;
     m.add_function(wrap_pyfunction!(plan_propagation_run, m)?)?;
     Ok(())

@@ -40,6 +40,8 @@ fn with_group_keys<'py, R: Send>(
 
 /// Producers whose duplicate-user fusion visit may fuse something (int64 ids, graph order).
 /// `group_key` (int64, one per target code) groups targets; negative keys are never fused.
+/// Test-only: the pass calls `user_signatures`, which screens the same way.
+#[cfg(feature = "testing")]
 #[pyfunction]
 fn duplicate_user_candidates<'py>(
     py: Python<'py>,
@@ -74,6 +76,7 @@ fn user_signatures<'py>(
 }
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    #[cfg(feature = "testing")]
     m.add_function(wrap_pyfunction!(duplicate_user_candidates, m)?)?;
     m.add_function(wrap_pyfunction!(user_signatures, m)?)?;
     Ok(())
