@@ -594,7 +594,7 @@ def test_retrace_column_marks_impure_nodes_and_kept_values() -> None:
     assert not isinstance(exported, str)
     bits = scan_plan.retrace_column(exported[0], scan_plan.ScanCache())
     by_name = {n.name: int(b) for n, b in zip(exported[0].nodes, bits, strict=True)}
-    impure, keeps = scan_plan.RETRACE_IMPURE, scan_plan.RETRACE_KEEPS_VALUE
+    impure, keeps = scan_plan.Retrace.IMPURE, scan_plan.Retrace.KEEPS_VALUE
     assert by_name == {
         x.name: impure,
         p.name: 0,

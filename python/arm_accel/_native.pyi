@@ -9,6 +9,10 @@ import numpy.typing as npt
 __version__: str
 #: Whether the test-only bindings are in (cargo feature ``testing``; marked "Test-only" below).
 TESTING: bool
+#: Every constant Python shares with Rust, ``{group: {name: value}}`` (groups ``op``, ``flag``,
+#: ``class``, ``form``, ``extra``, ``retrace``, ``special``): the enums of ``arm_accel.table`` and
+#: ``passes.propagate.scan_plan`` take their values from here.
+CONSTANTS: dict[str, dict[str, int]]
 
 class _Table(Protocol):
     op: npt.NDArray[np.uint8]

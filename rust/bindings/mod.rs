@@ -8,6 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use numpy::{Element, PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 
 use crate::table::TableError;
 
@@ -85,10 +86,40 @@ fn _test_panic(message: &str) -> PyResult<()> {
     guarded("_test_panic", || panic!("{message}"))
 }
 
+/// One group of named constants as a `{name: value}` dict.
+fn named<'py, T: Copy + Into<i64>>(
+    py: Python<'py>,
+    consts: &[(&str, T)],
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for &(name, value) in consts {
+        d.set_item(name, value.into())?;
+    }
+    Ok(d)
+}
+
+/// Every constant Python and Rust share, by group: `{group: {name: value}}`; the Python enums
+/// (`table.Op`/`Flag`/`Cls`, `scan_plan.Form`/`Extra`/`Retrace`/`Special`) take their values
+/// from here.
+fn constants(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    use crate::propagate::{extra, form, retrace, special};
+    use crate::table::{class, flag, op};
+    let d = PyDict::new(py);
+    d.set_item("op", named(py, op::NAMED)?)?;
+    d.set_item("flag", named(py, flag::NAMED)?)?;
+    d.set_item("class", named(py, class::NAMED)?)?;
+    d.set_item("form", named(py, form::NAMED)?)?;
+    d.set_item("extra", named(py, extra::NAMED)?)?;
+    d.set_item("retrace", named(py, retrace::NAMED)?)?;
+    d.set_item("special", named(py, special::NAMED)?)?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("NativePanic", m.py().get_type::<NativePanic>())?;
+    m.add("CONSTANTS", constants(m.py())?)?;
     // Whether the test-only bindings are in (feature `testing`).
     m.add("TESTING", cfg!(feature = "testing"))?;
     #[cfg(feature = "testing")]

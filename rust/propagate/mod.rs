@@ -44,38 +44,47 @@ pub use run::{
 
 /// Per-node argument-form bits (`form` column of [`ScanInput`]).
 pub mod form {
-    /// The args the rules read are positional, plain ints / int lists as the table encodes
-    /// them (permute/view: `(x, [ints])`; reduction: `(x, int | [ints], [bool, ...])`;
-    /// slice: `(x, dim, start, end[, step])` all ints; cat: `(nodes[, dim])` or a `dim`
-    /// kwarg, dim an int).
-    pub const EXACT: u32 = 1 << 0;
-    /// `args[1]` is a single int (reductions, slices), not a list.
-    pub const DIM_SCALAR: u32 = 1 << 1;
-    /// `len(args) > 2 and args[2] is True` (a reduction's keepdim given positionally).
-    pub const KEEPDIM_POSITIONAL_TRUE: u32 = 1 << 2;
-    /// A RESCALE whose args satisfy `_is_per_tensor_rescale`'s static part: at least three
-    /// args and a scalar or one-element scales arg.
-    pub const RESCALE_PER_TENSOR_ARGS: u32 = 1 << 3;
-    /// A permute's / view's `args[1]` is a tuple (not a list): equality in Python sees it.
-    pub const ARG1_TUPLE: u32 = 1 << 4;
-    pub const ALL: u32 = (1 << 5) - 1;
+    named_consts! { bits u32;
+        /// The args the rules read are positional, plain ints / int lists as the table encodes
+        /// them (permute/view: `(x, [ints])`; reduction: `(x, int | [ints], [bool, ...])`;
+        /// slice: `(x, dim, start, end[, step])` all ints; cat: `(nodes[, dim])` or a `dim`
+        /// kwarg, dim an int).
+        EXACT = 1 << 0;
+        /// `args[1]` is a single int (reductions, slices), not a list.
+        DIM_SCALAR = 1 << 1;
+        /// `len(args) > 2 and args[2] is True` (a reduction's keepdim given positionally).
+        KEEPDIM_POSITIONAL_TRUE = 1 << 2;
+        /// A RESCALE whose args satisfy `_is_per_tensor_rescale`'s static part: at least three
+        /// args and a scalar or one-element scales arg.
+        RESCALE_PER_TENSOR_ARGS = 1 << 3;
+        /// A permute's / view's `args[1]` is a tuple (not a list): equality in Python sees it.
+        ARG1_TUPLE = 1 << 4;
+    }
 }
 
 /// Per-target bits the generic table classes do not carry (`target_extra`, by target code).
 pub mod extra {
-    /// In the pass's `_targets` (what the scan starts walks from).
-    pub const SCAN_TARGET: u32 = 1 << 0;
-    /// `_VIEW_TARGET` (view_copy): the only view `ViewMap(node)` accepts.
-    pub const VIEW_COPY: u32 = 1 << 1;
-    /// In the pass's `_ARG_UPDATE_TARGETS`.
-    pub const ARG_UPDATE: u32 = 1 << 2;
-    /// `_PERMUTE_TARGET`: what the cat fan-out creates.
-    pub const PERMUTE_TARGET: u32 = 1 << 3;
-    pub const ALL: u32 = (1 << 4) - 1;
+    named_consts! { bits u32;
+        /// In the pass's `_targets` (what the scan starts walks from).
+        SCAN_TARGET = 1 << 0;
+        /// `_VIEW_TARGET` (view_copy): the only view `ViewMap(node)` accepts.
+        VIEW_COPY = 1 << 1;
+        /// In the pass's `_ARG_UPDATE_TARGETS`.
+        ARG_UPDATE = 1 << 2;
+        /// `_PERMUTE_TARGET`: what the cat fan-out creates.
+        PERMUTE_TARGET = 1 << 3;
+    }
 }
 
-/// Special dtype code of `TosaSpecialDtype.INT48` in the `special` column.
-pub const SPECIAL_INT48: i32 = 1;
+/// Special dtype codes of the `special` column (0: none; other positive codes: other dtypes).
+pub mod special {
+    named_consts! { i32;
+        /// `TosaSpecialDtype.INT48`.
+        INT48 = 1;
+    }
+}
+
+pub const SPECIAL_INT48: i32 = special::INT48;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {

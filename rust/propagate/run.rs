@@ -16,12 +16,13 @@ use crate::table::TableError;
 
 /// Per-node bits of the `retrace` column.
 pub mod retrace {
-    /// `node.is_impure()`: fx's DCE keeps it without users.
-    pub const IMPURE: u8 = 1 << 0;
-    /// `ArmPass.call_operator` keeps the old value's shape (a quantized op without a fake
-    /// kernel): its value after a re-trace is not modelled.
-    pub const KEEPS_VALUE: u8 = 1 << 1;
-    pub const ALL: u8 = (1 << 2) - 1;
+    named_consts! { bits u8;
+        /// `node.is_impure()`: fx's DCE keeps it without users.
+        IMPURE = 1 << 0;
+        /// `ArmPass.call_operator` keeps the old value's shape (a quantized op without a fake
+        /// kernel): its value after a re-trace is not modelled.
+        KEEPS_VALUE = 1 << 1;
+    }
 }
 
 /// A scan input plus what the between-scan model needs.

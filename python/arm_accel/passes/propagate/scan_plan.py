@@ -53,26 +53,41 @@ class PlanMismatch(RuntimeError):
     the graph is half-edited, the propagation call rolls it back and runs stock."""
 
 
-class Form(enum.IntFlag):
-    """Per-node argument-form bits; mirrors ``propagate::form``."""
+_FORM, _EXTRA = _native.CONSTANTS["form"], _native.CONSTANTS["extra"]
+_RETRACE, _SPECIAL = _native.CONSTANTS["retrace"], _native.CONSTANTS["special"]
 
-    EXACT = 1 << 0
-    DIM_SCALAR = 1 << 1
-    KEEPDIM_POSITIONAL_TRUE = 1 << 2
-    RESCALE_PER_TENSOR_ARGS = 1 << 3
-    ARG1_TUPLE = 1 << 4
+
+class Form(enum.IntFlag):
+    """Per-node argument-form bits; values from ``propagate::form``."""
+
+    EXACT = _FORM["EXACT"]
+    DIM_SCALAR = _FORM["DIM_SCALAR"]
+    KEEPDIM_POSITIONAL_TRUE = _FORM["KEEPDIM_POSITIONAL_TRUE"]
+    RESCALE_PER_TENSOR_ARGS = _FORM["RESCALE_PER_TENSOR_ARGS"]
+    ARG1_TUPLE = _FORM["ARG1_TUPLE"]
 
 
 class Extra(enum.IntFlag):
-    """Per-target planner bits; mirrors ``propagate::extra``."""
+    """Per-target planner bits; values from ``propagate::extra``."""
 
-    SCAN_TARGET = 1 << 0
-    VIEW_COPY = 1 << 1
-    ARG_UPDATE = 1 << 2
-    PERMUTE_TARGET = 1 << 3
+    SCAN_TARGET = _EXTRA["SCAN_TARGET"]
+    VIEW_COPY = _EXTRA["VIEW_COPY"]
+    ARG_UPDATE = _EXTRA["ARG_UPDATE"]
+    PERMUTE_TARGET = _EXTRA["PERMUTE_TARGET"]
 
 
-SPECIAL_INT48 = 1
+class Retrace(enum.IntFlag):
+    """``retrace`` column bits; values from ``propagate::retrace``."""
+
+    IMPURE = _RETRACE["IMPURE"]
+    KEEPS_VALUE = _RETRACE["KEEPS_VALUE"]
+
+
+class Special(enum.IntEnum):
+    """``special`` column codes (0: none, codes past these: other special dtypes); values from
+    ``propagate::special``."""
+
+    INT48 = _SPECIAL["INT48"]
 
 # The methods whose behaviour the planner reproduces: a pass resolving any of them elsewhere
 # than the reference stock class is not planned.
@@ -326,7 +341,7 @@ def export_scan_input(
     key, int48 = _special_key()
     special_vals = list(map(operator.methodcaller("get", key), metas))
     special = np.zeros(n, dtype=np.int32)
-    codes: dict[Any, int] = {int48: SPECIAL_INT48}
+    codes: dict[Any, int] = {int48: int(Special.INT48)}
     marked = np.fromiter(map(operator.is_not, special_vals, itertools.repeat(None)), bool, n)
     for i in np.flatnonzero(marked).tolist():
         value = special_vals[i]
@@ -334,7 +349,7 @@ def export_scan_input(
         if code is None:
             code = codes[value] = len(codes) + 1
         special[i] = code
-    flags[special == SPECIAL_INT48] |= np.uint32(Flag.INT48)
+    flags[special == int(Special.INT48)] |= np.uint32(Flag.INT48)
 
     # Integer args and forms, for the nodes whose class has them; reused from the previous scan
     # of this graph while the node's args and kwargs are the same objects.
@@ -411,9 +426,8 @@ def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -
         nodes.append(nodes[next_id].next)
 
 
-#: ``retrace`` column bits (``rust/propagate/run.rs::retrace``).
-RETRACE_IMPURE = 1
-RETRACE_KEEPS_VALUE = 2
+_IMPURE = int(Retrace.IMPURE)
+_KEEPS_VALUE = int(Retrace.KEEPS_VALUE)
 
 
 def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
@@ -437,11 +451,11 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
             if flag is None:
                 flag = impure[target] = node.is_impure()
             if arm_keeps_value(node, keeps):
-                bits[i] = RETRACE_KEEPS_VALUE
+                bits[i] = _KEEPS_VALUE
         else:
             flag = node.is_impure()
         if flag:
-            bits[i] |= RETRACE_IMPURE
+            bits[i] |= _IMPURE
     return bits
 
 
