@@ -68,8 +68,8 @@ def first_scan_costs(records: list[capture.Captured], repeat: int = 5) -> None:
                 t1 = time.perf_counter()
                 answer = _native.plan_propagation_scan(*exported, direction, tosa)
                 t2 = time.perf_counter()
-                if answer[0] == "plan":
-                    scan_plan.apply_edits(pass_, exported[0].nodes, answer[2])
+                if isinstance(answer, _native.ScanPlan):
+                    scan_plan.apply_edits(pass_, exported[0].nodes, answer.edits)
                 t3 = time.perf_counter()
                 pass_._python_scan(ref)
                 t4 = time.perf_counter()

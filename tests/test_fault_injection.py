@@ -330,8 +330,8 @@ def test_misprediction_rolls_back_and_runs_stock(
 
     def corrupt(graph: Any, nodes: Any, between: Any) -> None:
         mirror(graph, nodes, between)
-        for i, _shape, _base in between[2][:1]:
-            node = nodes[i]
+        for write in between.shapes[:1]:
+            node = nodes[write.node]
             node.meta["val"] = node.meta["val"].to(torch.float64)
             hits["hit"] += 1
 

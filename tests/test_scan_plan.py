@@ -394,7 +394,7 @@ def test_a_wrong_plan_is_caught() -> None:
     original = scan_plan.apply_edits
 
     def drop_moves(pass_: Any, nodes: Any, edits: Any) -> None:
-        original(pass_, nodes, [e for e in edits if e[0] != "move"])
+        original(pass_, nodes, [e for e in edits if not isinstance(e, _native.MoveEdit)])
 
     scan_plan.apply_edits = drop_moves
     try:
@@ -457,7 +457,10 @@ def _inputs() -> tuple[Any, ...]:
 def test_binding_answers_a_valid_input() -> None:
     table, extra, special, form = _inputs()
     answer = _native.plan_propagation_scan(table, extra, special, form, "down", True)
-    assert answer == ("plan", True, [("move", 1, 2, 1)])
+    assert isinstance(answer, _native.ScanPlan) and answer.modified
+    (move,) = answer.edits
+    assert isinstance(move, _native.MoveEdit)
+    assert (move.node, move.frontier, move.previous_frontier) == (1, 2, 1)
 
 
 @needs_testing

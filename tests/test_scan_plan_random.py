@@ -156,7 +156,7 @@ def test_random_graphs(chunk: int) -> None:
                     refresh(gm)
     print(dict(counts))
     assert counts["native"] > 100, counts
-    assert counts["edit: move"] > 0 and counts["edit: args"] > 0, counts
+    assert counts["edit: MoveEdit"] > 0 and counts["edit: ArgsEdit"] > 0, counts
 
 
 def _refreshed(_pass: Any, gm: fx.GraphModule) -> fx.GraphModule:

@@ -51,7 +51,7 @@ def checked_scans(
 
     def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Any) -> None:
         for edit in edits:
-            counts[f"edit: {edit[0]}"] += 1
+            counts[f"edit: {type(edit).__name__}"] += 1
         original_apply(pass_, nodes, edits)
 
     def run_scans(

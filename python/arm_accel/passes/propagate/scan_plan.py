@@ -382,48 +382,51 @@ def export_scan_input(
     return table, extra, special, form
 
 
-def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...]]) -> None:
+def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[_native.Edit]) -> None:
     """Apply a planned scan's edits in order, as stock makes them."""
     for edit in edits:
-        if edit[0] == "args":
-            _, i, pos, values = edit
-            node = nodes[i]
-            args = node.args
+        kind = type(edit)
+        if kind is _native.ArgsEdit:
+            node = nodes[edit.node]
+            args, pos, values = node.args, edit.pos, edit.values
             node.args = (*args[:pos], *values, *args[pos + len(values) :])
-        elif edit[0] == "cat":
-            _, i, cat, created = edit
-            if not pass_._maybe_split_upwards_cat_fanout(nodes[i], nodes[cat]):
+        elif kind is _native.MoveEdit:
+            pass_._move_node(
+                nodes[edit.node], nodes[edit.frontier], nodes[edit.previous_frontier]
+            )
+        elif kind is _native.CatFanoutEdit:
+            cat, created = nodes[edit.cat], edit.created
+            if not pass_._maybe_split_upwards_cat_fanout(nodes[edit.node], cat):
                 raise PlanMismatch("planned cat fan-out did not apply")
-            new_inputs = nodes[cat].args[0]
+            new_inputs = cat.args[0]
             if len(new_inputs) != len(created) or created[:1] != [len(nodes)]:
                 raise PlanMismatch("cat fan-out created other nodes than planned")
             nodes.extend(new_inputs)
-        elif edit[0] == "move":
-            _, i, frontier, previous = edit
-            pass_._move_node(nodes[i], nodes[frontier], nodes[previous])
-        else:
+        elif kind is _native.ForkSplitEdit:
             _apply_fork_split(pass_, nodes, edit)
+        else:
+            raise PlanMismatch(f"unknown edit {edit!r}")
 
 
-def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -> None:
+def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: _native.ForkSplitEdit) -> None:
     """Stock's ``_apply_fork_split`` with the plan rebuilt as stock's ``_plan_fork_split``
     returns it; the transforms it creates (one right after each branch) get the next ids."""
-    _, i, frontier, producer, branches = edit
-    node = nodes[i]
+    node = nodes[edit.node]
+    branches = edit.branches
     splits = []
-    for next_id, source_shape, update, _created in branches:
-        next_node = nodes[next_id]
+    for branch in branches:
+        next_node = nodes[branch.next_node]
         arg_update = None
-        if update is not None:
-            pos, values = update
+        if branch.arg_update is not None:
+            pos, values = branch.arg_update
             args = next_node.args
             arg_update = (node.args, (*args[:pos], *values, *args[pos + len(values) :]))
-        splits.append(_ForkBranchSplit(next_node, tuple(source_shape), arg_update))
-    pass_._apply_fork_split(node, nodes[frontier], nodes[producer], tuple(splits))
-    for next_id, _shape, _update, created in branches:
-        if created != len(nodes):
-            raise PlanMismatch(f"fork split created node {created}, expected {len(nodes)}")
-        nodes.append(nodes[next_id].next)
+        splits.append(_ForkBranchSplit(next_node, tuple(branch.source_shape), arg_update))
+    pass_._apply_fork_split(node, nodes[edit.frontier], nodes[edit.producer], tuple(splits))
+    for branch in branches:
+        if branch.created != len(nodes):
+            raise PlanMismatch(f"fork split created node {branch.created}, expected {len(nodes)}")
+        nodes.append(nodes[branch.next_node].next)
 
 
 _IMPURE = int(Retrace.IMPURE)
@@ -459,22 +462,21 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     return bits
 
 
-def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
+def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: _native.Between) -> None:
     """What stock's re-trace after a scan changes that the next scan reads, as the native
     model computed it: the DCE, users dicts in graph order, new shapes (``new_empty`` values,
     as stock's own edits write them; the run's closing re-trace recomputes them exactly)."""
-    dead, users, shapes = between
-    for i in dead:
+    for i in between.dead:
         graph.erase_node(nodes[i])
-    for i, order in users:
+    for i, order in between.users:
         d = nodes[i].users
         if set(d) != {nodes[u] for u in order}:
             raise PlanMismatch(f"scan run: users of {nodes[i].name} differ from the model")
         d.clear()
         d.update(dict.fromkeys(nodes[u] for u in order))
-    for i, shape, base in shapes:
-        node = nodes[i]
-        node.meta = {**node.meta, "val": nodes[base].meta["val"].new_empty(shape)}
+    for write in between.shapes:
+        node = nodes[write.node]
+        node.meta = {**node.meta, "val": nodes[write.base].meta["val"].new_empty(write.shape)}
 
 
 @dataclasses.dataclass
@@ -522,27 +524,29 @@ def run_scans(
             return None
         exported = (*exported, retrace_column(exported[0], cache))
         answer = _native.plan_propagation_run(*exported, direction, tosa, max_scans)
-    if answer[0] == "decline":
-        stats.record_scan(name, answer[1])
+    if isinstance(answer, _native.Decline):
+        stats.record_scan(name, answer.reason)
         logger.info(
-            "%s: scan declined by the native planner (%s); stock's walk runs it", name, answer[1]
+            "%s: scan declined by the native planner (%s); stock's walk runs it",
+            name,
+            answer.reason,
         )
         return None
-    _, scans, fixed_point = answer
+    scans, fixed_point = answer.scans, answer.fixed_point
     table = exported[0]
     nodes = table.nodes
     modified = False
     last = len(scans) - 1
-    model_at_end = fixed_point or scans[last][2] is not None
+    model_at_end = fixed_point or scans[last].after is not None
     with stage("apply"):
-        for j, (scan_modified, edits, between) in enumerate(scans):
+        for j, step in enumerate(scans):
             if j == last and j > 0 and not model_at_end and verify is not None:
                 verify()
-            apply_edits(pass_, nodes, edits)
+            apply_edits(pass_, nodes, step.edits)
             stats.record_scan(name, None)
-            modified |= scan_modified
-            if between is not None:
-                mirror_retrace(graph_module.graph, nodes, between)
+            modified |= step.modified
+            if step.after is not None:
+                mirror_retrace(graph_module.graph, nodes, step.after)
     stats.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
