@@ -352,7 +352,7 @@ def test_in_loop_fusions_run_accelerated(name: str) -> None:
     }[name]
     expected = (horizontal, "transforms.CanonicalizeViewCopyPermutePass")
 
-    def accelerated(snapshot: dict[str, dict[str, object]], n: str) -> int:
+    def accelerated_runs(snapshot: dict[str, dict[str, object]], n: str) -> int:
         return int(snapshot.get(n, {}).get("accelerated", 0))  # type: ignore[call-overload]
 
     inputs = (torch.randn(2, 3, 4),)
@@ -364,4 +364,4 @@ def test_in_loop_fusions_run_accelerated(name: str) -> None:
     assert ra.modified == rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
     for n in expected:
-        assert accelerated(after, n) > accelerated(before, n), n
+        assert accelerated_runs(after, n) > accelerated_runs(before, n), n
