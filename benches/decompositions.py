@@ -229,7 +229,7 @@ def compare(names: list[str]) -> None:
     program cannot be lowered twice)."""
     import arm_accel
     import executorch.backends.arm._passes  # noqa: F401  (triggers the activation)
-    from arm_accel.edge.compare import program_differences
+    from arm_accel.devtools.program_compare import program_differences
     from arm_accel.edge.decompositions import STATS_NAME
 
     arm_accel.enable()
@@ -240,11 +240,11 @@ def compare(names: list[str]) -> None:
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
     for name in names:
         model, inputs, mode = models.build(name)
-        before = arm_accel.stats().get(STATS_NAME, {}).get("accelerated", 0)
+        before = arm_accel.stats().get(STATS_NAME, arm_accel.PassStats()).accelerated
         a_phase, a_whole, a_bytes, a_prog = _phase_seconds(
             models.export_for_arm(model, inputs, mode), mode
         )
-        replayed = arm_accel.stats().get(STATS_NAME, {}).get("accelerated", 0) - before
+        replayed = arm_accel.stats().get(STATS_NAME, arm_accel.PassStats()).accelerated - before
         with arm_accel.disabled():
             s_phase, s_whole, s_bytes, s_prog = _phase_seconds(
                 models.export_for_arm(model, inputs, mode), mode

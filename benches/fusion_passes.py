@@ -1,9 +1,9 @@
 """Side-by-side benchmark of the issue-3 passes: stock vs accelerated, same run, same inputs.
 
-Lowers each model once (stock passes, via ``arm_accel.capture``), then replays every captured
-input of each pass through the stock class and the accelerated class, alternating, and prints
-the total seconds and the ratio stock / accelerated per (model, pass), and ``min-ratio``: the
-same ratio over each call's fastest repeat (robust to pauses from other processes on a shared
+Lowers each model once (stock passes, via ``arm_accel.devtools.capture``), then replays every
+captured input of each pass through the stock class and the accelerated class, alternating, and
+prints the total seconds and the ratio stock / accelerated per (model, pass), and ``min-ratio``:
+the same ratio over each call's fastest repeat (robust to pauses from other processes on a shared
 machine). The graphs are checked equal as they go.
 
     python benches/fusion_passes.py [--models dscnnkws,resnet8,llama1,llama1-fp] [--repeat 3]
@@ -16,8 +16,8 @@ import gc
 import time
 from typing import Any
 
-from arm_accel import capture
-from arm_accel.fusion_replay import as_class, capture_lowering, pass_pairs, tosa_context
+from arm_accel.devtools import capture
+from arm_accel.devtools.fusion_replay import as_class, capture_lowering, pass_pairs, tosa_context
 from arm_accel.testing import assert_graphs_equal
 
 

@@ -64,8 +64,8 @@ def run(name: str, repeat: int) -> dict[str, Any]:
             arm_accel.reset_stats()
             gc.collect()
             edge, prof, seconds = profiling.lower_profiled(exported, mode, stock_run=stock)
-            counters = arm_accel.stats().items()
-            in_place = sum(int(v["accelerated"]) for k, v in counters if k.endswith(".retrace"))
+            entries = arm_accel.stats().items()
+            in_place = sum(v.accelerated for k, v in entries if k.endswith(".retrace"))
             if stock not in best or seconds < best[stock][0]:
                 best[stock] = (seconds, split(prof), models.tosa_bytes(edge), in_place)
             del edge

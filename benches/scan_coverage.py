@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from arm_accel import capture, models, stats
+from arm_accel import counters, models
+from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.passes.propagate.retrace import VirtualRetracer
 
@@ -98,7 +99,7 @@ def main() -> None:
         for key, n in sorted(counts.items()):
             if key != "native":
                 print(f"  {key}: {n}")
-        mismatches = sum(stats.snapshot()[n]["shape_mismatches"] for n in PASS_NAMES)
+        mismatches = sum(counters.snapshot()[n].shape_mismatches for n in PASS_NAMES)
         print(f"  values the between-scan model got wrong: {mismatches}")
         configs = {  # label: scans per native run (0: none, stock's walk)
             "planner, runs to the fixed point": None,

@@ -47,10 +47,10 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import pytest, hypothesis, matplotlib' 2>/dev/null ||
+if ! "$VENV/bin/python" -c 'import pytest, hypothesis, matplotlib, mypy' 2>/dev/null ||
   ! "$VENV/bin/python" -m ruff --version >/dev/null 2>&1; then
-  step "install the dev tools (pytest, hypothesis, ruff, matplotlib)" \
-    "$VENV/bin/pip" install pytest hypothesis ruff matplotlib
+  step "install the dev tools (pytest, hypothesis, ruff, mypy, matplotlib)" \
+    "$VENV/bin/pip" install pytest hypothesis ruff mypy matplotlib
 fi
 # Vela compiles for Ethos-U: the demo's Ethos-U targets and the upstream suite's Ethos-U tests.
 if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then

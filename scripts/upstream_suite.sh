@@ -69,7 +69,7 @@ import json, os, sys
 def pytest_sessionfinish(session, exitstatus):
     import arm_accel
 
-    report = {"status": arm_accel.status(), "stats": arm_accel.stats(),
+    report = {"status": arm_accel.status().as_dict(), "stats": arm_accel.stats().as_dict(),
               "hooked": "arm_accel.activation" in sys.modules}
     with open(os.environ["ARM_ACCEL_SUITE_REPORT"], "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)

@@ -11,7 +11,8 @@ import pytest
 # mispredicted value) raises instead of falling back silently. Tests that provoke a fallback on
 # purpose turn it off for themselves (the ``lenient`` fixture).
 os.environ.setdefault("ARM_ACCEL_STRICT", "1")
-from arm_accel import _native, capture, models
+from arm_accel import _native, models
+from arm_accel.devtools import capture
 
 if os.environ.get("ARM_ACCEL_REQUIRE_TESTING") == "1" and not _native.TESTING:
     raise pytest.UsageError(

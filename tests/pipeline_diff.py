@@ -13,26 +13,38 @@ from arm_accel import models, switch
 from arm_accel.testing import assert_graphs_identical
 from torch import fx
 
+#: (pass name, graph after it, modified, users order after it)
+PassRecord = tuple[str, fx.GraphModule, bool, tuple[tuple[int, ...], ...]]
+
 
 @dataclass
 class Lowering:
-    passes: list[tuple[str, fx.GraphModule, bool]]  # (pass name, graph after it, modified)
+    passes: list[PassRecord]
     tosa: list[bytes]
 
 
+def users_order(graph_module: fx.GraphModule) -> tuple[tuple[int, ...], ...]:
+    """Each node's users by position, in ``node.users`` order: later passes iterate it, and a
+    deep copy (which rebuilds it in graph order) would not keep it."""
+    position = {n: i for i, n in enumerate(graph_module.graph.nodes)}
+    return tuple(tuple(position[u] for u in n.users) for n in graph_module.graph.nodes)
+
+
 @contextmanager
-def record_passes() -> Iterator[list[tuple[str, fx.GraphModule, bool]]]:
-    """A deep copy of the exported program's graph after each pass the Arm pass manager runs."""
+def record_passes() -> Iterator[list[PassRecord]]:
+    """A deep copy of the exported program's graph after each pass the Arm pass manager runs,
+    with its users order."""
     from executorch.backends.arm._passes import arm_pass_manager as apm
 
-    records: list[tuple[str, fx.GraphModule, bool]] = []
+    records: list[PassRecord] = []
     adapter = apm._ExportedProgramGraphPassAdapter
     original = adapter.call
 
     def call(self: Any, exported_program: Any) -> Any:
         result = original(self, exported_program)
         gm = result.exported_program.graph_module
-        records.append((apm._graph_pass_name(self.graph_pass), copy.deepcopy(gm), result.modified))
+        name = apm._graph_pass_name(self.graph_pass)
+        records.append((name, copy.deepcopy(gm), result.modified, users_order(gm)))
         return result
 
     adapter.call = call  # type: ignore[method-assign]
@@ -55,14 +67,12 @@ def lower(exported: Any, mode: str, accelerated: bool) -> Lowering:
 
 
 def assert_passes_identical(
-    stock: list[tuple[str, fx.GraphModule, bool]],
-    accelerated: list[tuple[str, fx.GraphModule, bool]],
-    where: str = "",
+    stock: list[PassRecord], accelerated: list[PassRecord], where: str = ""
 ) -> None:
-    """Same passes in the same order, each with the same ``modified`` and an identical graph
-    after it (``assert_graphs_identical``)."""
+    """Same passes in the same order, each with the same ``modified``, an identical graph after
+    it (``assert_graphs_identical``) and the same users order."""
     assert [p[0] for p in stock] == [p[0] for p in accelerated], f"{where}pass lists differ"
-    for (name, expected, modified), (_, actual, modified_ours) in zip(
+    for (name, expected, modified, users), (_, actual, modified_ours, users_ours) in zip(
         stock, accelerated, strict=True
     ):
         assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
@@ -70,6 +80,11 @@ def assert_passes_identical(
             assert_graphs_identical(expected, actual)
         except AssertionError as exc:
             raise AssertionError(f"{where}after {name}: {exc}") from None
+        if users != users_ours:  # same nodes (just checked), so the same length
+            first = next(
+                i for i, (a, b) in enumerate(zip(users, users_ours, strict=True)) if a != b
+            )
+            raise AssertionError(f"{where}after {name}: users order differs at node {first}")
 
 
 def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:

@@ -20,7 +20,7 @@ import arm_accel
 import pytest
 import torch
 import torch.fx
-from arm_accel import activation, stats, switch
+from arm_accel import PassStats, activation, counters, switch
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
 
 # A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)
@@ -64,7 +64,7 @@ import arm_accel
 import double_mod
 
 cls = pkg.RemoveNoopPass
-report["activated"] = arm_accel.status()["activated"]
+report["activated"] = arm_accel.status().activated
 report["is_double"] = isinstance(cls, type) and issubclass(cls, double_mod.DoubleNoop)
 report["name"] = cls.__name__
 report["same_everywhere"] = all(
@@ -88,14 +88,14 @@ def lower():
 if report["is_double"]:
     lower()
     report["runs_enabled"] = double_mod.DoubleNoop.runs
-    report["stats_enabled"] = arm_accel.stats().get("RemoveNoopPass")
+    report["stats_enabled"] = arm_accel.stats().as_dict().get("RemoveNoopPass")
     with arm_accel.disabled():
         lower()
     report["runs_disabled"] = double_mod.DoubleNoop.runs
-    report["stats_disabled"] = arm_accel.stats().get("RemoveNoopPass")
+    report["stats_disabled"] = arm_accel.stats().as_dict().get("RemoveNoopPass")
 else:
     arm_accel.enable()
-    report["status_after_enable"] = arm_accel.status()
+    report["status_after_enable"] = arm_accel.status().as_dict()
     report["is_double_after_enable"] = issubclass(pkg.RemoveNoopPass, double_mod.DoubleNoop)
     report["apm_after_enable"] = apm.RemoveNoopPass is pkg.RemoveNoopPass
 print("REPORT" + json.dumps(report))
@@ -173,8 +173,8 @@ import executorch.backends.arm._passes.arm_pass_manager as apm
 st = arm_accel.status()
 print(json.dumps({
     "registry": sorted(arm_accel.passes.REGISTRY),
-    "swapped": sorted(st["swapped"]),
-    "skipped": st["skipped"],
+    "swapped": sorted(st.swapped),
+    "skipped": dict(st.skipped),
     "ours_in_pkg": sorted(
         n for n in arm_accel.passes.REGISTRY
         if getattr(getattr(pkg, n, None), "_arm_accel_impl", None) is not None
@@ -212,11 +212,11 @@ def test_importing_our_pass_module_first_still_swaps_everything() -> None:
 
 @pytest.fixture
 def clean_stats():
-    stats.reset()
+    counters.reset()
     prev = switch.set_enabled(True)
     yield
     switch.set_enabled(prev)
-    stats.reset()
+    counters.reset()
 
 
 def test_env_parsing() -> None:
@@ -240,13 +240,25 @@ def test_enable_disable_disabled(clean_stats) -> None:
 
 
 def test_stats_api(clean_stats, caplog) -> None:
-    stats.record_call("P", 0.5, accelerated=True, retraces=2)
-    stats.record_call("P", 0.25, accelerated=False)
+    """What the recording API counted, read back by ``arm_accel.stats()`` as typed records and
+    as their JSON form (``as_dict()``); ``reset_stats()`` empties it."""
+    counters.record_call("P", 0.5, accelerated=True, retraces=2)
+    counters.record_call("P", 0.25, accelerated=False)
     with caplog.at_level(logging.WARNING, logger="arm_accel"):
-        stats.record_fallback("P", "why")
-        stats.record_fallback("P", "why")
+        counters.record_fallback("P", "why")
+        counters.record_fallback("P", "why")
     snap = arm_accel.stats()
     assert snap == {
+        "P": PassStats(
+            calls=2,
+            accelerated=1,
+            fallbacks={"why": 2},
+            retraces=2,
+            seconds=0.75,
+        )
+    }
+    assert snap["P"].fallback_count == 2
+    assert snap.as_dict() == {
         "P": {
             "calls": 2,
             "accelerated": 1,
@@ -259,17 +271,17 @@ def test_stats_api(clean_stats, caplog) -> None:
             "shape_mismatches": 0,
         }
     }
-    stats.record_scan("P", None)
-    stats.record_scan("P", "fork")
-    assert arm_accel.stats()["P"]["scans_native"] == 1
-    assert arm_accel.stats()["P"]["scans_declined"] == {"fork": 1}
-    stats.record_scan_run("P")
-    stats.record_shape_mismatch("P", 2)
-    assert arm_accel.stats()["P"]["scan_runs"] == 1
-    assert arm_accel.stats()["P"]["shape_mismatches"] == 2
+    counters.record_scan("P", None)
+    counters.record_scan("P", "fork")
+    assert arm_accel.stats()["P"].scans_native == 1
+    assert arm_accel.stats()["P"].scans_declined == {"fork": 1}
+    counters.record_scan_run("P")
+    counters.record_shape_mismatch("P", 2)
+    assert arm_accel.stats()["P"].scan_runs == 1
+    assert arm_accel.stats()["P"].shape_mismatches == 2
     assert sum("why" in r.getMessage() for r in caplog.records) == 1
     arm_accel.reset_stats()
-    assert arm_accel.stats() == {}
+    assert arm_accel.stats() == {} and arm_accel.stats().as_dict() == {}
 
 
 # A stand-in "stock" pass and accelerated variants of it, on a plain torch.fx graph.
@@ -368,7 +380,7 @@ def test_accelerated_path_and_stats(clean_stats) -> None:
     assert "sigmoid" in gm.code and "relu" not in gm.code
     gm.graph.lint()
     s = arm_accel.stats()["FakeStock"]
-    assert s["calls"] == 1 and s["accelerated"] == 1 and s["retraces"] == 1
+    assert s.calls == 1 and s.accelerated == 1 and s.retraces == 1
 
 
 def test_disabled_runs_stock(clean_stats) -> None:
@@ -379,7 +391,7 @@ def test_disabled_runs_stock(clean_stats) -> None:
     assert res["stock"] is True and FakeStock.stock_runs == before + 1
     assert "relu" in gm.code
     s = arm_accel.stats()["FakeStock"]
-    assert s["calls"] == 1 and s["accelerated"] == 0 and s["fallbacks"] == {}
+    assert s.calls == 1 and s.accelerated == 0 and s.fallbacks == {}
 
 
 def test_checkpoint_restores_raw_fx_edits(clean_stats, lenient) -> None:
@@ -398,7 +410,7 @@ def test_checkpoint_restores_raw_fx_edits(clean_stats, lenient) -> None:
     assert (dict(ns._base_count), set(ns._used_names)) == names_before
     gm.graph.lint()
     assert len(gm.graph.find_nodes(op="call_function", target=torch.relu)) == 1
-    assert arm_accel.stats()["FakeStock"]["fallbacks"] == {"apply failed: RuntimeError": 1}
+    assert arm_accel.stats()["FakeStock"].fallbacks == {"apply failed: RuntimeError": 1}
 
 
 def test_strict_raises_after_rollback(clean_stats, monkeypatch) -> None:
@@ -433,15 +445,15 @@ def test_apply_failure_restores_graph_and_runs_stock(clean_stats, caplog, lenien
     with gm.graph.inserting_after(next(iter(gm.graph.nodes))):
         assert gm.graph.call_function(torch.neg, (next(iter(gm.graph.nodes)),)).name == expect
     s = arm_accel.stats()["FakeStock"]
-    assert s["calls"] == 2 and s["accelerated"] == 0
-    assert s["fallbacks"] == {"apply failed: RuntimeError": 2}
+    assert s.calls == 2 and s.accelerated == 0
+    assert s.fallbacks == {"apply failed: RuntimeError": 2}
     assert sum("apply failed" in r.getMessage() for r in caplog.records) <= 1
 
 
 def test_decline_runs_stock(clean_stats) -> None:
     gm = torch.fx.symbolic_trace(_Model())
     assert AccelDecline().call(gm)["stock"] is True
-    assert arm_accel.stats()["FakeStock"]["fallbacks"] == {"symbolic shapes": 1}
+    assert arm_accel.stats()["FakeStock"].fallbacks == {"symbolic shapes": 1}
 
 
 def test_journal_commit_rejects_erasing_used_node() -> None:
@@ -468,7 +480,7 @@ def test_mixin_must_come_first() -> None:
 
 @pytest.fixture
 def isolated_activation(monkeypatch):
-    was_active = activation.status()["activated"]
+    was_active = activation.status().activated
     activation.deactivate()
     saved = dict(activation._state)
     monkeypatch.setattr(activation, "_warned", set())
@@ -500,7 +512,7 @@ def test_unsupported_version_stays_off_and_warns_once(monkeypatch, caplog, isola
     msgs = [r.getMessage() for r in caplog.records if "stays off" in r.getMessage()]
     assert len(msgs) == 1 and "executorch=1.4.0" in msgs[0]
     st = arm_accel.status()
-    assert not st["activated"] and "unsupported" in st["reason"]
+    assert not st.activated and "unsupported" in st.reason
     assert sys.modules[activation.PASSES_PACKAGE].RemoveNoopPass is stock
 
 
@@ -516,7 +528,7 @@ def test_supported_version_swaps_fake_package(monkeypatch, isolated_activation):
     new = sys.modules[activation.PASSES_PACKAGE].RemoveNoopPass
     assert new is not stock and issubclass(new, stock) and new.__name__ == "RemoveNoopPass"
     st = arm_accel.status()
-    assert st["swapped"] == {"RemoveNoopPass": spec} and "Nope" in st["skipped"]
+    assert st.swapped == {"RemoveNoopPass": spec} and "Nope" in st.skipped
     assert (
         activation.stock_class(new) is stock and activation.stock_class("RemoveNoopPass") is stock
     )

@@ -1,13 +1,17 @@
-"""The ``arm-accel`` command: --version, info, profile (incl. --compare and --csv), demo."""
+"""The ``arm-accel`` command: --version, info (incl. --json), profile (incl. --compare, --csv and
+--json), demo."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import json
 import os
 import re
 import subprocess
 import sys
 
+import arm_accel
 import pytest
 from arm_accel import cli, profiling
 
@@ -38,6 +42,18 @@ def test_info(capsys: pytest.CaptureFixture[str]) -> None:
     assert re.search(r"^executorch\s+1\.5\.1$", out, re.M), out
     assert re.search(r"^torch\s+2\.13\.0", out, re.M), out
     assert re.search(r"^accelerated\s+(yes|no|unknown) \(.+\)$", out, re.M), out
+
+
+def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """``info --json`` prints the versions found and ``arm_accel.status().as_dict()`` (compared
+    with the status read in this process after the command ran) as one JSON object."""
+    assert cli.main(["info", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["versions"]["executorch"] == "1.5.1"
+    assert record["versions"]["torch"].startswith("2.13.0")
+    assert record["status"] == arm_accel.status().as_dict()
+    assert set(record["status"]) == {f.name for f in dataclasses.fields(arm_accel.Status)}
+    assert record["accelerated"] == (record["status"]["enabled"] and record["status"]["activated"])
 
 
 def test_profiler_restores_hooks() -> None:
@@ -101,6 +117,25 @@ def test_profile_compare(tmp_path: os.PathLike[str], capsys: pytest.CaptureFixtu
     with open(out_csv) as f:
         runs = {r["run"] for r in csv.DictReader(f)}
     assert runs == {"stock", "accelerated"}
+
+
+def test_profile_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile --json``: stdout is one JSON object (the script's own output went to stderr)
+    with every profile row, rows adding up to the total, and the run's ``arm_accel.stats()``,
+    in which the propagation passes took the accelerated path on every call."""
+    assert cli.main(["profile", "--json", TINY, "1"]) == 0
+    captured = capsys.readouterr()
+    (measured,) = _lowering_seconds(captured.err)
+    (run,) = json.loads(captured.out).values()
+    prof, stats = run["profile"], run["stats"]
+    rows = {r["pass"]: r for r in prof["rows"]}
+    assert rows["PropagateViewCopyPermuteDownPass"]["kind"] == "arm"
+    assert sum(r["seconds"] for r in prof["rows"]) == pytest.approx(prof["total_seconds"], 1e-3)
+    assert abs(prof["lowering_seconds"] - measured) <= 0.10 * measured
+    for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
+        assert stats[name]["calls"] > 0, stats
+        assert stats[name]["accelerated"] == stats[name]["calls"], stats[name]
+        assert stats[name]["fallbacks"] == {}, stats[name]
 
 
 def test_profile_script_args_and_missing_script(capsys: pytest.CaptureFixture[str]) -> None:

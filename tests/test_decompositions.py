@@ -12,9 +12,9 @@ import arm_accel
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import models, stats, switch
+from arm_accel import PassStats, counters, models, switch
+from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import decompositions
-from arm_accel.edge.compare import assert_programs_equal, program_differences
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
 from torch.export import ExportedProgram
@@ -41,7 +41,7 @@ def edge_stage_output() -> Iterator[list[ExportedProgram]]:
 
 
 def _accelerated() -> int:
-    return int(stats.snapshot().get(decompositions.STATS_NAME, {}).get("accelerated", 0))
+    return counters.snapshot().get(decompositions.STATS_NAME, PassStats()).accelerated
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def active() -> None:
     import executorch.backends.arm._passes  # noqa: F401  (the activation's trigger)
 
     arm_accel.enable()
-    assert decompositions.installed(), arm_accel.status().get("edge_decompositions")
+    assert decompositions.installed(), arm_accel.status().edge_decompositions
 
 
 def test_lowering_equals_stock(active: None) -> None:
@@ -105,9 +105,9 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
     """``run_decompositions`` called by user code (not from the edge stage) runs stock's and
     records nothing."""
     ep = _functional_tiny()
-    calls = stats.calls_of(decompositions.STATS_NAME)
+    before = counters.snapshot().get(decompositions.STATS_NAME)
     out = ep.run_decompositions({})
-    assert stats.calls_of(decompositions.STATS_NAME) == calls
+    assert counters.snapshot().get(decompositions.STATS_NAME) == before
     assert [n.name for n in out.graph.nodes] == [n.name for n in ep.graph.nodes]
 
 
@@ -127,7 +127,7 @@ def test_uninstall_restores_stock(active: None) -> None:
 
 
 def _fallbacks() -> dict[str, int]:
-    return dict(stats.snapshot().get(decompositions.STATS_NAME, {}).get("fallbacks", {}))
+    return dict(counters.snapshot().get(decompositions.STATS_NAME, PassStats()).fallbacks)
 
 
 class _TinyLinear(torch.nn.Module):

@@ -22,8 +22,9 @@ from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import _native, capture, models, stats, switch
-from arm_accel.fusion_replay import ACCELERATED, as_class, tosa_context
+from arm_accel import _native, counters, models, switch
+from arm_accel.devtools import capture
+from arm_accel.devtools.fusion_replay import ACCELERATED, as_class, tosa_context
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -118,7 +119,7 @@ def _classes(record: capture.Captured) -> tuple[type, type]:
 def _replay(lowering: Lowering, records: list[capture.Captured], hits: Counter[str]) -> None:
     """Records through stock and ours (fault installed by the caller), graphs equal, up to
     the first whose call hit the fault (to keep the matrix cheap)."""
-    stats.reset()
+    counters.reset()
     with tosa_context(lowering.records):
         for record in records:
             stock_cls, ours_cls = _classes(record)
@@ -132,7 +133,7 @@ def _replay(lowering: Lowering, records: list[capture.Captured], hits: Counter[s
 
 
 def _fallbacks(reason: str) -> int:
-    return sum(s["fallbacks"].get(reason, 0) for s in stats.snapshot().values())
+    return sum(s.fallbacks.get(reason, 0) for s in counters.snapshot().values())
 
 
 # -- the faults ---------------------------------------------------------------------------------
@@ -286,7 +287,7 @@ def test_fault_falls_back_to_stock(
     MATRIX[stage, name] = f"ok {counted}/{hits['hit']}"
     # Every fault fired in some call and each such call fell back, counted with its reason
     # (a call may hit the fault more than once only where the fault fires per scan).
-    assert 0 < counted <= hits["hit"], (stats.snapshot(), hits)
+    assert 0 < counted <= hits["hit"], (counters.snapshot(), hits)
 
 
 def _lower_accelerated(lowering: Lowering) -> list[bytes]:
@@ -304,12 +305,12 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
     assert switch.is_enabled()
     hits, reason, _ = _propagation_fault(monkeypatch, stage, "")  # "" : both directions
-    stats.reset()
+    counters.reset()
     assert _lower_accelerated(lowering) == lowering.tosa
-    snap = stats.snapshot()
+    snap = counters.snapshot()
     assert hits["hit"] > 0
     for name in PROPAGATION:
-        assert snap[name]["fallbacks"].get(reason, 0) > 0, snap[name]
+        assert snap[name].fallbacks.get(reason, 0) > 0, snap[name]
     MATRIX[stage, "whole lowering (both propagation passes), TOSA bytes"] = (
         f"ok {_fallbacks(reason)}/{hits['hit']}"
     )
@@ -341,7 +342,7 @@ def test_misprediction_rolls_back_and_runs_stock(
     with scans_per_run(max_scans):
         _replay(lowering, records, hits)
     assert hits["hit"], "no run of the captured calls wrote a modelled value"
-    assert _fallbacks("misprediction") > 0, stats.snapshot()
+    assert _fallbacks("misprediction") > 0, counters.snapshot()
     MATRIX[f"misprediction (max {max_scans or 'all'} scans/run)", "propagation"] = (
         f"ok {_fallbacks('misprediction')}/{hits['hit']}"
     )

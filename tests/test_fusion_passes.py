@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, profiling, stats
-from arm_accel.capture import stock_class as _maybe_swapped_class
-from arm_accel.fusion_replay import (
+from arm_accel import _native, counters, profiling
+from arm_accel.devtools.capture import stock_class as _maybe_swapped_class
+from arm_accel.devtools.fusion_replay import (
     ACCELERATED,
     as_class,
     capture_lowering,
@@ -115,7 +115,7 @@ def differential(
 ) -> tuple[bool, int]:
     """Run stock and ours on two copies of the same graph; assert equal; return (modified,
     our re-traces). Also checks the accelerated path ran, without recompile()."""
-    stats.reset()
+    counters.reset()
     a, b = make_graph(), make_graph()
     assert_graphs_equal(a, b)
     stock_res = stock_pass.call(a)
@@ -124,11 +124,11 @@ def differential(
     assert_graphs_equal(stock_res.graph_module, ours_res.graph_module)
     assert retraces == (1 if ours_res.modified else 0)
     assert recompiles == 0
-    snap = stats.snapshot()
+    snap = counters.snapshot()
     # make_graph's to_edge re-traces through the re-trace engine: its entries are not the pass's.
     (entry,) = [v for k, v in snap.items() if profiling.is_pass_entry(k)]
-    assert not entry["fallbacks"], entry
-    assert entry["accelerated"] == 1
+    assert not entry.fallbacks, entry
+    assert entry.accelerated == 1
     return ours_res.modified, retraces
 
 
@@ -446,15 +446,15 @@ def test_declines_run_stock_and_are_recorded(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(_native, "user_signatures", boom)
     for name in NATIVE:
         cls = OURS[name]
-        stats.reset()
+        counters.reset()
         make = _hand_graphs()["chains" if "Canon" in name else "duplicates"]
         a, b = make(), make()
         ra = stock_class(name)().call(a)
         rb = cls().call(b)
         assert_graphs_equal(ra.graph_module, rb.graph_module)
-        entry = stats.snapshot()[name]
-        assert entry["accelerated"] == 0 and entry["calls"] == 1
-        assert sum(entry["fallbacks"].values()) == 1
+        entry = counters.snapshot()[name]
+        assert entry.accelerated == 0 and entry.calls == 1
+        assert sum(entry.fallbacks.values()) == 1
 
 
 # -- the light export ------------------------------------------------------------------------
@@ -509,7 +509,7 @@ def test_light_subset_export_is_the_induced_subgraph() -> None:
 
 
 def test_fusion_declines_on_string_targets() -> None:
-    stats.reset()
+    counters.reset()
     ours = fuse_identical_input_transforms.FuseIdenticalInputTransformsPass()
     ours._targets = {*ours._targets, "no_such_target"}
     make = _hand_graphs()["sinks"]
@@ -517,5 +517,5 @@ def test_fusion_declines_on_string_targets() -> None:
     stock = stock_class("FuseIdenticalInputTransformsPass")()
     stock._targets = set(ours._targets)
     assert_graphs_equal(stock.call(a).graph_module, ours.call(b).graph_module)
-    entry = stats.snapshot()["FuseIdenticalInputTransformsPass"]
-    assert entry["accelerated"] == 0 and entry["fallbacks"] == {"string transform target": 1}
+    entry = counters.snapshot()["FuseIdenticalInputTransformsPass"]
+    assert entry.accelerated == 0 and entry.fallbacks == {"string transform target": 1}

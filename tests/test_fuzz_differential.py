@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +29,8 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import capture, models, stats, switch
+from arm_accel import PassStats, Stats, counters, models, switch
+from arm_accel.devtools import capture
 from arm_accel.testing import assert_graphs_equal
 from fuzz_models import Op, Spec
 from hypothesis import given
@@ -118,28 +119,26 @@ def check_spec(spec: Spec, modes: tuple[str, ...] = ("FP", "INT")) -> None:
         except Exception:  # noqa: BLE001 - no pass of ours ran: both lowerings would raise it
             continue
         stock = lower_once(edge, mode, accelerated=False)
-        before = stats.snapshot()
+        before = counters.snapshot()
         ours = lower_once(edge, mode, accelerated=True)
         compare(stock, ours, mode)
-        assert_fast_path_ran(before, stats.snapshot(), ours, mode)
+        assert_fast_path_ran(before, counters.snapshot(), ours, mode)
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any], key: str) -> Counter[str]:
-    """Per pass (``key`` an int field) or per pass and reason (a dict field): after - before."""
+def _delta(before: Stats, after: Stats, key: str) -> Counter[str]:
+    """Per pass (``key`` an int field) or per pass and reason (a mapping field): after - before."""
     out: Counter[str] = Counter()
     for name, s in after.items():
-        old = before.get(name, {}).get(key, 0 if not isinstance(s[key], dict) else {})
-        if isinstance(s[key], dict):
-            for reason, n in s[key].items():
+        new, old = getattr(s, key), getattr(before.get(name, PassStats()), key)
+        if isinstance(new, Mapping):
+            for reason, n in new.items():
                 out[f"{name}: {reason}"] += n - old.get(reason, 0)
         else:
-            out[name] += s[key] - old
+            out[name] += new - old
     return +out
 
 
-def assert_fast_path_ran(
-    before: dict[str, Any], after: dict[str, Any], ours: Outcome, mode: str
-) -> None:
+def assert_fast_path_ran(before: Stats, after: Stats, ours: Outcome, mode: str) -> None:
     """Equal output is not enough: some call of ours ran accelerated, none fell back for a
     failure or a misprediction, and the between-scan model predicted every value the closing
     re-traces computed."""
@@ -202,15 +201,15 @@ def test_compare_catches_a_different_graph() -> None:
     edge = edge_stage(models.export_for_arm(model, inputs, "FP"), "FP")
     stock = lower_once(edge, "FP", accelerated=False)
     assert stock.error is None and stock.calls, "the five passes never ran"
-    before = stats.snapshot()
+    before = counters.snapshot()
     ours = lower_once(edge, "FP", accelerated=True)
     compare(stock, ours, "FP")
-    assert_fast_path_ran(before, stats.snapshot(), ours, "FP")
+    assert_fast_path_ran(before, counters.snapshot(), ours, "FP")
     # A lowering with acceleration off fails the fast-path check.
-    before = stats.snapshot()
+    before = counters.snapshot()
     again = lower_once(edge, "FP", accelerated=False)
     with pytest.raises(AssertionError, match="no call ran accelerated"):
-        assert_fast_path_ran(before, stats.snapshot(), again, "FP")
+        assert_fast_path_ran(before, counters.snapshot(), again, "FP")
     # Tamper with one recorded graph: an extra node must be reported.
     name, gm = ours.calls[-1]
     gm = copy.deepcopy(gm)

@@ -1,5 +1,6 @@
 """Installed-wheel test (issue 5): build the wheel, install it into a fresh venv, run an
-unmodified lowering script, and check that our passes ran and the TOSA bytes equal stock's.
+unmodified lowering script, and check that our passes ran and the TOSA bytes equal stock's; and
+that the wheel ships its types (``py.typed``: ``mypy --strict`` reads them from the wheel).
 
 The venv is created from the BASE interpreter (``sys.base_prefix``) with
 ``--system-site-packages``: torch/executorch are visible, our editable install is not. Takes about
@@ -58,8 +59,8 @@ import arm_accel  # only now
 import arm_accel.passes
 print("REPORT" + json.dumps({
     "tosa_sha256": [hashlib.sha256(b).hexdigest() for b in blobs],
-    "stats": arm_accel.stats(),
-    "status": arm_accel.status(),
+    "stats": arm_accel.stats().as_dict(),
+    "status": arm_accel.status().as_dict(),
     "registry": dict(arm_accel.passes.REGISTRY),
     "arm_accel_file": arm_accel.__file__,
 }))
@@ -184,3 +185,14 @@ def test_lowering_script_accelerated_and_identical(wheel_venv: Path, tmp_path: P
         assert set(on["status"]["swapped"]) | set(on["status"]["skipped"]) == set(registry)
         ran = {name: s for name, s in on["stats"].items() if name in registry and s["calls"]}
         assert ran, (on["stats"], on["status"])
+
+
+def test_wheel_ships_its_types(wheel_venv: Path, tmp_path: Path) -> None:
+    """The wheel carries ``py.typed`` and the native stub, and ``mypy --strict`` reads the public
+    API's types from the installed wheel as from the editable install (test_public_api)."""
+    from test_public_api import check_typed_api
+
+    (site,) = wheel_venv.glob("lib/python*/site-packages")
+    assert (site / "arm_accel" / "py.typed").is_file()
+    assert (site / "arm_accel" / "_native.pyi").is_file()
+    check_typed_api(str(wheel_venv / "bin" / "python"), tmp_path)

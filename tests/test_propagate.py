@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import activation, capture, models, switch
+from arm_accel import PassStats, Stats, activation, models, switch
+from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated
 from arm_accel.passes.propagate.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal
@@ -33,11 +34,11 @@ def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
 def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
     """Every captured propagation call: ours equals stock (graph, ``modified``), with no more
     re-traces, and ran accelerated (a call that fell back would compare stock with stock)."""
-    from arm_accel import stats
+    from arm_accel import counters
 
     records = [r for r in captured if r.pass_name in PASS_NAMES]
     assert records, "the lowering did not call the propagation passes"
-    stats.reset()
+    counters.reset()
     for record in records:
         stock_instance = record.pass_instance
         # The activation hook may have swapped ours in: take the stock class explicitly.
@@ -52,10 +53,10 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
         assert ra.modified == rb.modified
         assert_graphs_equal(ra.graph_module, rb.graph_module)
         assert our_retraces.count <= stock_retraces.count
-    snap = stats.snapshot()
+    snap = counters.snapshot()
     for name in {r.pass_name for r in records}:
         ours_calls = sum(r.pass_name == name for r in records)
-        assert snap[name]["accelerated"] == ours_calls, (name, snap[name])
+        assert snap[name].accelerated == ours_calls, (name, snap[name])
 
 
 def _lower(name: str, ours: bool) -> list[bytes]:
@@ -344,7 +345,7 @@ def test_fusion_tracker_is_per_thread() -> None:
 def test_in_loop_fusions_run_accelerated(name: str) -> None:
     """Stock's loop runs the ``backends.transforms`` fusion classes; ours runs their accelerated
     variants (issue 4) and still ends in stock's graph."""
-    from arm_accel import stats
+    from arm_accel import counters
 
     horizontal = {
         "PropagateViewCopyPermuteUpPass": "transforms.FuseDuplicateUsersPass",
@@ -352,15 +353,15 @@ def test_in_loop_fusions_run_accelerated(name: str) -> None:
     }[name]
     expected = (horizontal, "transforms.CanonicalizeViewCopyPermutePass")
 
-    def accelerated_runs(snapshot: dict[str, dict[str, object]], n: str) -> int:
-        return int(snapshot.get(n, {}).get("accelerated", 0))  # type: ignore[call-overload]
+    def accelerated_runs(snapshot: Stats, n: str) -> int:
+        return snapshot.get(n, PassStats()).accelerated
 
     inputs = (torch.randn(2, 3, 4),)
     with switch.disabled():
         ra = activation.stock_class(name)().call(_edge_graph(_DuplicateUsers(), inputs))
-    before = stats.snapshot()
+    before = counters.snapshot()
     rb = getattr(accelerated, name)().call(_edge_graph(_DuplicateUsers(), inputs))
-    after = stats.snapshot()
+    after = counters.snapshot()
     assert ra.modified == rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
     for n in expected:

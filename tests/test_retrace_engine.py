@@ -17,7 +17,7 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import retrace_engine, stats, switch
+from arm_accel import PassStats, counters, retrace_engine, switch
 from arm_accel.retrace_engine import inplace
 from arm_accel.testing import assert_graphs_identical
 from executorch.exir import to_edge
@@ -63,8 +63,8 @@ def engine_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
 
 
 def in_place_runs(pass_cls: type) -> tuple[int, dict[str, int]]:
-    entry = stats.snapshot().get(f"{pass_cls.__name__}.retrace", {})
-    return int(entry.get("accelerated", 0)), dict(entry.get("fallbacks", {}))
+    entry = counters.snapshot().get(f"{pass_cls.__name__}.retrace", PassStats())
+    return entry.accelerated, dict(entry.fallbacks)
 
 
 def compare(
@@ -72,13 +72,34 @@ def compare(
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Stock and engine re-traces of copies of ``graph_module``; asserts they are identical and
     that the engine ran in place. Returns (stock result, engine result)."""
-    stats.reset()
+    counters.reset()
     expected = stock_retrace(make_pass(), copy.deepcopy(graph_module)).graph_module
     actual = engine_retrace(make_pass(), copy.deepcopy(graph_module)).graph_module
     assert_graphs_identical(expected, actual)
     done, fallbacks = in_place_runs(type(make_pass()))
     assert done == 1 and not fallbacks, (done, fallbacks)
     return expected, actual
+
+
+def test_scalar_to_tensor_in_place_only_without_a_scalar_to_coerce(
+    edge_graph: fx.GraphModule,
+) -> None:
+    """exir's ``ScalarToTensorPass`` (a ``call`` override, CONDITIONAL_CALLERS): on the edge graph
+    (no scalar left for a Tensor argument) it re-traces in place, identical to stock; on the
+    aten graph, where ``x + 1.0`` passes a scalar for a Tensor, the engine declines with the
+    reason and stock's result comes back."""
+    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+
+    compare(ScalarToTensorPass, edge_graph)
+    torch.manual_seed(0)
+    aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    counters.reset()
+    expected = stock_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
+    actual = engine_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
+    assert expected.modified and actual.modified
+    assert_graphs_identical(expected.graph_module, actual.graph_module)
+    done, fallbacks = in_place_runs(ScalarToTensorPass)
+    assert done == 0 and fallbacks == {"a scalar becomes a tensor constant": 1}, fallbacks
 
 
 class Identity(ExportPass):
@@ -168,7 +189,7 @@ def test_failure_rolls_back_and_runs_stock(edge_graph: fx.GraphModule) -> None:
     in, names and name space too), counts a fallback, and stock's re-trace raises as stock does."""
     graph_module = copy.deepcopy(edge_graph)
     before = copy.deepcopy(graph_module)
-    stats.reset()
+    counters.reset()
     with pytest.raises(RuntimeError, match="fourth node"):
         engine_retrace(Raises(), graph_module)
     assert_graphs_identical(before, graph_module)
@@ -183,7 +204,7 @@ def test_unsupported_graph_declines_before_any_change(edge_graph: fx.GraphModule
     graph_module.register_buffer("extra", torch.zeros(1))
     with graph.inserting_before(next(iter(graph.nodes))):
         graph.get_attr("extra")
-    stats.reset()
+    counters.reset()
     engine_retrace(Identity(), graph_module)
     done, fallbacks = in_place_runs(Identity)
     assert done == 0 and fallbacks == {"get_attr": 1}
@@ -191,9 +212,9 @@ def test_unsupported_graph_declines_before_any_change(edge_graph: fx.GraphModule
 
 def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None:
     """Re-traces outside ``ArmPassManager._transform`` are not the engine's: nothing recorded."""
-    stats.reset()
+    counters.reset()
     Identity().call(copy.deepcopy(edge_graph))
-    assert f"{Identity.__name__}.retrace" not in stats.snapshot()
+    assert f"{Identity.__name__}.retrace" not in counters.snapshot()
 
 
 @pytest.mark.parametrize("model", ["llama1", "dscnnkws", "convnet"])
@@ -207,12 +228,12 @@ def test_every_pass_identical_to_stock(model: str) -> None:
     net, inputs, mode = models.build(model)
     exported = models.export_for_arm(net, inputs, mode)
     stock = lower(exported, mode, accelerated=False)
-    stats.reset()
+    counters.reset()
     accelerated = lower(exported, mode, accelerated=True)
     assert_lowerings_identical(stock, accelerated)
-    records = {k: v for k, v in stats.snapshot().items() if k.endswith(".retrace")}
-    in_place = sum(int(v["accelerated"]) for v in records.values())
-    fallbacks = {r for v in records.values() for r in v["fallbacks"]}  # type: ignore[union-attr]
+    records = {k: v for k, v in counters.snapshot().items() if k.endswith(".retrace")}
+    in_place = sum(int(v.accelerated) for v in records.values())
+    fallbacks = {r for v in records.values() for r in v.fallbacks}
     assert in_place >= 5, records
     assert fallbacks <= {"call override"}, fallbacks
 
@@ -257,7 +278,7 @@ def test_engine_fault_falls_back_or_raises_in_strict_mode(
     monkeypatch.setattr(inplace.InplaceRetrace, "_check_erasable", broken)
     expected = stock_retrace(AddToSub(), copy.deepcopy(edge_graph)).graph_module
     monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
-    stats.reset()
+    counters.reset()
     actual = engine_retrace(AddToSub(), copy.deepcopy(edge_graph)).graph_module
     assert_graphs_identical(expected, actual)
     assert in_place_runs(AddToSub) == (0, {"KeyError in the in-place re-trace": 1})
@@ -284,9 +305,9 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
 def test_edge_program_identical_to_stock(model: str) -> None:
     """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the
     edge program they return equals stock's (graph with every meta key, signature, state dict,
-    constants; ``arm_accel.edge.compare``), and some of them ran in place."""
+    constants; ``arm_accel.devtools.program_compare``), and some of them ran in place."""
     from arm_accel import models
-    from arm_accel.edge.compare import assert_programs_equal
+    from arm_accel.devtools.program_compare import assert_programs_equal
     from executorch.exir.program import _program
 
     net, inputs, mode = models.build(model)
@@ -304,13 +325,18 @@ def test_edge_program_identical_to_stock(model: str) -> None:
         # same tensors, which the comparison checks by identity.
         with switch.disabled():
             models.lower(exported, mode)
-        stats.reset()
+        counters.reset()
         models.lower(exported, mode)
     finally:
         _program._generate_edge_program = engine_wrapper
     stock, ours = outputs
     assert_programs_equal(stock, ours)
     in_place = {
-        k for k, v in stats.snapshot().items() if k.endswith(".retrace") and v["accelerated"]
+        k for k, v in counters.snapshot().items() if k.endswith(".retrace") and v.accelerated
     }
-    assert {"OpReplacePass.retrace", "MemoryFormatOpsPass.retrace"} <= in_place, in_place
+    expected = {
+        "OpReplacePass.retrace",
+        "MemoryFormatOpsPass.retrace",
+        "ScalarToTensorPass.retrace",
+    }
+    assert expected <= in_place, in_place

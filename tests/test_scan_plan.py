@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, capture, stats, switch
+from arm_accel import PassStats, _native, counters, switch
+from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -58,8 +59,8 @@ def test_planned_scans_equal_stock_on_fp_models(name: str) -> None:
 
 
 def _mismatches() -> int:
-    snap = stats.snapshot()
-    return sum(int(snap.get(n, {}).get("shape_mismatches", 0)) for n in PASS_NAMES)  # type: ignore[call-overload]
+    snap = counters.snapshot()
+    return sum(snap.get(n, PassStats()).shape_mismatches for n in PASS_NAMES)
 
 
 @pytest.mark.parametrize("name", ["llama1", "llama1-fp"])
@@ -380,11 +381,11 @@ def test_aten_view_swap_declines_where_stock_asserts() -> None:
 
 
 def test_keepdim_false_declines_and_the_pass_raises_like_stock() -> None:
-    stats.reset()
+    counters.reset()
     with _tosa():
         key, _ = _one_scan(Down(), _permute_mean(False))
     assert key == "declined: reduction without keepdim=True (stock raises)"
-    assert stats.snapshot()["PropagateViewCopyPermuteDownPass"]["scans_declined"] == {
+    assert counters.snapshot()["PropagateViewCopyPermuteDownPass"].scans_declined == {
         "reduction without keepdim=True (stock raises)": 1
     }
 
@@ -519,15 +520,15 @@ def _call_falls_back(reason: str) -> None:
     stock_gm, ours_gm, strict_gm = _fake_permute_relu(), _fake_permute_relu(), _fake_permute_relu()
     with _tosa():
         expected = accelerated._StockDown().call(stock_gm)
-        stats.reset()
+        counters.reset()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("ARM_ACCEL_STRICT", "0")
             got = Down().call(ours_gm)
         with pytest.raises(Exception):  # noqa: B017 - whatever the injected failure raises
             Down().call(strict_gm)
     assert_graphs_equal(expected.graph_module, got.graph_module)
-    entry = stats.snapshot()["PropagateViewCopyPermuteDownPass"]
-    assert entry["accelerated"] == 0 and entry["fallbacks"] == {reason: 2}, entry
+    entry = counters.snapshot()["PropagateViewCopyPermuteDownPass"]
+    assert entry.accelerated == 0 and entry.fallbacks == {reason: 2}, entry
 
 
 def test_rejected_planner_input_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, stats
+from arm_accel import _native, counters
 from arm_accel.passes import fuse_duplicate_users as fdu
 from arm_accel.passes.base import _stock_class
 from arm_accel.table import Flag, export_light, with_int_args
@@ -249,10 +249,10 @@ def test_pass_equals_stock_on_argument_variants(
         return _edge(KwargVariants(), *inputs)
 
     a, b = make(), make()
-    stats.reset()
+    counters.reset()
     ra = _Stock().call(a)
     rb = fdu.BaseFuseDuplicateUsersPass().call(b)
     assert ra.modified and rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
-    entry = stats.snapshot()["transforms.FuseDuplicateUsersPass"]
-    assert entry["accelerated"] == 1 and not entry["fallbacks"]
+    entry = counters.snapshot()["transforms.FuseDuplicateUsersPass"]
+    assert entry.accelerated == 1 and not entry.fallbacks

@@ -1,5 +1,5 @@
 """Issue 7: threads. Kernels release the GIL; concurrent lowerings give the bytes of sequential
-ones; ``arm_accel.stats`` counts every call exactly once under threads."""
+ones; ``arm_accel.stats()`` counts every call exactly once under threads."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import fuzz_models as fm
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, models, stats, switch, table
+from arm_accel import _native, counters, models, switch, table
 from arm_accel.passes.base import GuardedCallMixin
 from fuzz_models import Op, Spec
 from support.native import needs_testing
@@ -163,7 +163,7 @@ def _lower(program: Any, mode: str) -> list[bytes]:
 
 
 def _calls() -> dict[str, int]:
-    return {name: s["calls"] for name, s in stats.snapshot().items()}
+    return {name: s.calls for name, s in counters.snapshot().items()}
 
 
 @pytest.fixture
@@ -198,12 +198,12 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", serialized)
     jobs = [(_export(MODEL_A, "INT"), "INT"), (_export(MODEL_B, "FP"), "FP")]
 
-    stats.reset()
+    counters.reset()
     sequential = [_lower(p, m) for p, m in jobs]
     sequential_calls = _calls()
-    sequential_stats = stats.snapshot()
+    sequential_stats = counters.snapshot()
 
-    stats.reset()
+    counters.reset()
     results: list[Any] = [None, None]
 
     def run(k: int) -> None:
@@ -219,7 +219,7 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
         th.join()
     concurrent_calls = _calls()
 
-    concurrent_stats = stats.snapshot()
+    concurrent_stats = counters.snapshot()
 
     for k in range(2):
         assert not isinstance(results[k], BaseException), results[k]
@@ -229,9 +229,9 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
     # The fast path ran under threads (not stock twice), and fell back exactly where the
     # sequential lowerings did.
     for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
-        assert concurrent_stats[name]["accelerated"] > 0, (name, concurrent_stats[name])
-    assert {n: s["fallbacks"] for n, s in concurrent_stats.items()} == {
-        n: s["fallbacks"] for n, s in sequential_stats.items()
+        assert concurrent_stats[name].accelerated > 0, (name, concurrent_stats[name])
+    assert {n: s.fallbacks for n, s in concurrent_stats.items()} == {
+        n: s.fallbacks for n, s in sequential_stats.items()
     }
 
 
@@ -265,14 +265,14 @@ def test_disabled_is_scoped_to_its_thread() -> None:
             seen["off_reenabled"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
             switch.set_enabled(False)
             done.wait()
-        seen["off_accelerated"] = stats.accelerated_in_this_thread("ScopedSwitchPass")
+        seen["off_accelerated"] = counters.accelerated_in_this_thread("ScopedSwitchPass")
 
     def on() -> None:
         inside.wait()
         seen["on"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
         seen["on_enabled"] = switch.is_enabled()
         done.wait()
-        seen["on_accelerated"] = stats.accelerated_in_this_thread("ScopedSwitchPass")
+        seen["on_accelerated"] = counters.accelerated_in_this_thread("ScopedSwitchPass")
 
     assert switch.is_enabled()
     threads = [threading.Thread(target=off), threading.Thread(target=on)]
@@ -287,27 +287,27 @@ def test_disabled_is_scoped_to_its_thread() -> None:
 
 
 def test_stats_totals_under_threads() -> None:
-    stats.reset()
+    counters.reset()
     n_threads, per_thread = 8, 2000
 
     def work() -> None:
         for i in range(per_thread):
-            stats.record_call("ThreadPass", 0.001, accelerated=i % 2 == 0, retraces=1)
+            counters.record_call("ThreadPass", 0.001, accelerated=i % 2 == 0, retraces=1)
             if i % 10 == 0:
-                stats.record_fallback("ThreadPass", "threads")
+                counters.record_fallback("ThreadPass", "threads")
 
     threads = [threading.Thread(target=work) for _ in range(n_threads)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    s = stats.snapshot()["ThreadPass"]
+    s = counters.snapshot()["ThreadPass"]
     total = n_threads * per_thread
-    assert s["calls"] == total and s["retraces"] == total
-    assert s["accelerated"] == total // 2
-    assert s["fallbacks"] == {"threads": total // 10}
-    assert s["seconds"] == pytest.approx(total * 0.001)
-    stats.reset()
+    assert s.calls == total and s.retraces == total
+    assert s.accelerated == total // 2
+    assert s.fallbacks == {"threads": total // 10}
+    assert s.seconds == pytest.approx(total * 0.001)
+    counters.reset()
 
 
 def test_guarded_call_counts_each_call_once_under_threads() -> None:
@@ -323,14 +323,14 @@ def test_guarded_call_counts_each_call_once_under_threads() -> None:
     class Silent(Stock):
         def call(self, graph_module: Any) -> str:
             gate.wait()  # both threads are inside call before either returns
-            stats.record_call("Other", 0.0, True)  # unrelated records must not matter
+            counters.record_call("Other", 0.0, True)  # unrelated records must not matter
             gate.wait()
             return super().call(graph_module)
 
     class Recording(Stock):
         def call(self, graph_module: Any) -> str:
             gate.wait()
-            stats.record_call("GuardedPass", 0.0, True)
+            counters.record_call("GuardedPass", 0.0, True)
             gate.wait()
             return super().call(graph_module)
 
@@ -338,7 +338,7 @@ def test_guarded_call_counts_each_call_once_under_threads() -> None:
         attrs = {"_arm_accel_stock": Stock, "_arm_accel_name": "GuardedPass"}
         return type("GuardedPass", (GuardedCallMixin, impl), attrs)
 
-    stats.reset()
+    counters.reset()
     silent, recording = installed(Silent)(), installed(Recording)()
     threads = [
         threading.Thread(target=silent.call, args=(None,)),
@@ -349,5 +349,5 @@ def test_guarded_call_counts_each_call_once_under_threads() -> None:
     for th in threads:
         th.join()
     # One call each: the recording class counted its own, the mixin counted the silent one.
-    assert stats.snapshot()["GuardedPass"]["calls"] == 2
-    stats.reset()
+    assert counters.snapshot()["GuardedPass"].calls == 2
+    counters.reset()

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from arm_accel import stats
-from arm_accel.fusion_replay import ACCELERATED
+from arm_accel import counters
+from arm_accel.devtools.fusion_replay import ACCELERATED
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -157,12 +157,12 @@ def _swap_manager_and_check_stats(monkeypatch: pytest.MonkeyPatch) -> Iterator[N
     manager = importlib.import_module(_MANAGER)
     for name, cls in _MANAGER_SWAPS.items():
         monkeypatch.setattr(manager, name, cls, raising=False)
-    stats.reset()
+    counters.reset()
     yield
-    snap = stats.snapshot()
+    snap = counters.snapshot()
     for name in _OUR_NAMES:
         s = snap.get(name)
         if s is None:
             continue
-        assert not s["fallbacks"], f"{name} fell back: {s['fallbacks']}"
-        assert s["accelerated"] == s["calls"], f"{name}: {s}"
+        assert not s.fallbacks, f"{name} fell back: {s.fallbacks}"
+        assert s.accelerated == s.calls, f"{name}: {s}"

@@ -9,7 +9,7 @@ same instance state, and our result must equal stock's (``assert_graphs_equal``,
 ``modified``, or the same exception type and message).
 
 A call whose input cannot be deep-copied cannot be compared: it is counted (``not_copyable``)
-and fails the session. At the end it prints the ``arm_accel.stats`` lines and the differential
+and fails the session. At the end it prints the ``arm_accel.stats()`` lines and the differential
 counts, so the caller can check our classes ran and were compared.
 """
 
@@ -89,9 +89,9 @@ def pytest_configure(config: object) -> None:
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    from arm_accel import stats
+    from arm_accel import counters
 
-    print("\nARM_ACCEL_STATS " + json.dumps(stats.snapshot()))
+    print("\nARM_ACCEL_STATS " + json.dumps(counters.snapshot().as_dict()))
     print("ARM_ACCEL_DIFFERENTIAL " + json.dumps(_DIFF))
     if _DIFF["not_copyable"]:
         print(f"ERROR: {_DIFF['not_copyable']} call(s) could not be compared (input not copyable)")

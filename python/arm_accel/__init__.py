@@ -13,14 +13,15 @@ Controls: env ``ARM_ACCEL=0``; :func:`enable`, :func:`disable` (process-wide def
 # No ``typing``/``__future__`` import here: this module is imported at interpreter start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
-    from arm_accel import stats
+    from arm_accel.records import PassStats, Stats, Status
     from arm_accel.switch import disabled, enabled, is_enabled
 
     __version__: str
 
 __all__ = [
+    "PassStats",
+    "Stats",
+    "Status",
     "__version__",
     "disable",
     "disabled",
@@ -51,35 +52,48 @@ def disable() -> None:
 
 
 def reset_stats() -> None:
-    from arm_accel import stats as _stats
+    """Clear every :func:`stats` entry (the recording starts over)."""
+    from arm_accel import counters
 
-    _stats.reset()
+    counters.reset()
 
 
-def status() -> "dict[str, Any]":
-    """Whether the hook is installed/activated, which passes were swapped or skipped and why."""
+def stats() -> "Stats":
+    """Per entry (an accelerated pass by its stock name, ``"<Pass>.retrace"``, ``"to_edge.*"``)
+    the calls, accelerated runs, fallbacks by reason, re-traces and seconds recorded since the
+    last :func:`reset_stats`; ``.as_dict()`` for JSON."""
+    from arm_accel import counters
+
+    return counters.snapshot()
+
+
+def status() -> "Status":
+    """Whether the hook is installed/activated, which passes were swapped or skipped and why;
+    ``.as_dict()`` for JSON."""
     from arm_accel import activation
 
     return activation.status()
 
 
-def __getattr__(name: str) -> "Any":
-    if name == "stats":
-        # ``arm_accel.stats`` is the stats module, made callable: ``arm_accel.stats()`` returns
-        # per pass {calls, accelerated, fallbacks {reason: n}, retraces, seconds}, and
-        # ``from arm_accel import stats; stats.record_call(...)`` keeps working.
-        import arm_accel.stats as _stats
+_LAZY = {
+    "disabled": "arm_accel.switch",
+    "enabled": "arm_accel.switch",
+    "is_enabled": "arm_accel.switch",
+    "PassStats": "arm_accel.records",
+    "Stats": "arm_accel.records",
+    "Status": "arm_accel.records",
+    "__version__": "arm_accel._native",
+}
 
-        return _stats
-    if name in ("disabled", "enabled", "is_enabled"):
-        from arm_accel import switch
 
-        value = getattr(switch, name)
+if not TYPE_CHECKING:  # hidden from type checkers, so a misspelt name is an error there
+
+    def __getattr__(name: str) -> "object":
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'arm_accel' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
-    if name == "__version__":
-        from arm_accel._native import __version__
-
-        globals()["__version__"] = __version__
-        return __version__
-    raise AttributeError(f"module 'arm_accel' has no attribute {name!r}")

@@ -30,7 +30,10 @@ import importlib.machinery
 import logging
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arm_accel.records import Status
 
 logger = logging.getLogger("arm_accel")
 
@@ -91,22 +94,23 @@ def check_versions() -> tuple[bool, dict[str, str | None]]:
     return ok, found
 
 
-def status() -> dict[str, Any]:
+def status() -> Status:
     """Where activation stands: whether the swap ran, what was swapped or skipped and why."""
     from arm_accel import _hook, switch
+    from arm_accel.records import Status
 
     with _lock:
-        return {
-            "enabled": switch.is_enabled(),
-            "hook_installed": _hook.installed() is not None,
-            "activated": _state["activated"],
-            "reason": _state["reason"],
-            "swapped": dict(_state["swapped"]),
-            "skipped": dict(_state["skipped"]),
-            "versions": dict(_state["versions"]),
-            "retrace_engine": _state["retrace_engine"],
-            "edge_decompositions": _state.get("edge_decompositions", "not installed"),
-        }
+        return Status(
+            enabled=switch.is_enabled(),
+            hook_installed=_hook.installed() is not None,
+            activated=_state["activated"],
+            reason=_state["reason"],
+            swapped=dict(_state["swapped"]),
+            skipped=dict(_state["skipped"]),
+            versions=dict(_state["versions"]),
+            retrace_engine=_state["retrace_engine"],
+            edge_decompositions=_state.get("edge_decompositions", "not installed"),
+        )
 
 
 def on_module_loaded(name: str) -> None:

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import functools
 import io
+import json
 import os
 import runpy
 import sys
@@ -13,7 +14,11 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from arm_accel.profiling import Profile
+    from arm_accel.records import Stats, Status
 
 T = TypeVar("T")
 
@@ -75,56 +80,23 @@ def our_version() -> str:
         return _dist_version("arm-accel")
 
 
-def activation_status() -> tuple[str, str]:
-    """(active, why) from the activation layer's status function, if it has one."""
-    import arm_accel
-
-    candidates: list[Any] = [getattr(arm_accel, "status", None)]
-    for mod_name in ("arm_accel.activation", "arm_accel.switch"):
-        try:
-            mod = __import__(mod_name, fromlist=["status"])
-        except ImportError:
-            continue
-        candidates += [getattr(mod, "status", None), getattr(mod, "is_enabled", None)]
-    for fn in candidates:
-        if not callable(fn):
-            continue
-        try:
-            result = fn()
-        except Exception as exc:  # noqa: BLE001
-            return "unknown", f"status function failed: {exc}"
-        if isinstance(result, bool):
-            return ("yes" if result else "no"), f"{getattr(fn, '__qualname__', fn)}()"
-        if isinstance(result, dict):
-            active = result.get("active", result.get("enabled"))
-            if active and "activated" in result:
-                active = bool(result["activated"])
-            why = str(result.get("reason", result.get("why", "")) or "")
-            if not result.get("enabled", True):
-                why = f"switched off (ARM_ACCEL=0 or arm_accel.disable()); {why}"
-            swapped = result.get("swapped")
-            if swapped:
-                why += f"; {len(swapped)} passes swapped: {', '.join(sorted(swapped))}"
-            if result.get("hook_installed") is False and not result.get("activated"):
-                why += "; import hook not installed (arm_accel_hook.pth not loaded)"
-            skipped = result.get("skipped")
-            if skipped:
-                why += f"; skipped: {skipped}"
-            active_s = "unknown" if active is None else ("yes" if active else "no")
-            return active_s, why or repr(result)
-        if isinstance(result, tuple) and len(result) == 2:
-            return ("yes" if result[0] else "no"), str(result[1])
-        active = getattr(result, "active", getattr(result, "enabled", None))
-        why = getattr(result, "reason", getattr(result, "why", None))
-        if active is not None:
-            return ("yes" if active else "no"), str(why or result)
-        return "unknown", str(result)
-    if getattr(arm_accel, "disabled", None) is None:
-        return "no", "the activation layer (arm_accel.enable/disabled) is not installed"
-    return "unknown", "arm_accel has no status function"
+def activation_status(status: Status) -> tuple[str, str]:
+    """(active, why): the ``accelerated`` line of ``arm-accel info``."""
+    why = status.reason
+    if not status.enabled:
+        why = f"switched off (ARM_ACCEL=0 or arm_accel.disable()); {why}"
+    if status.swapped:
+        why += f"; {len(status.swapped)} passes swapped: {', '.join(sorted(status.swapped))}"
+    if not status.hook_installed and not status.activated:
+        why += "; import hook not installed (arm_accel_hook.pth not loaded)"
+    if status.skipped:
+        why += f"; skipped: {dict(status.skipped)}"
+    return ("yes" if status.enabled and status.activated else "no"), why
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    import arm_accel
+
     quiet_upstream()
     if not args.no_import:
         # The activation hook fires when executorch's Arm passes are imported: import them so
@@ -133,14 +105,30 @@ def cmd_info(args: argparse.Namespace) -> int:
             import executorch.backends.arm._passes  # noqa: F401
         except Exception as exc:  # noqa: BLE001
             print(f"warning: cannot import executorch's Arm passes: {exc}", file=sys.stderr)
-    active, why = activation_status()
-    print(f"arm-accel   {our_version()}")
-    print(f"executorch  {_dist_version('executorch')}")
-    print(f"torch       {_dist_version('torch')}")
-    print(f"python      {sys.version.split()[0]}")
+    status = arm_accel.status()
+    versions = {
+        "arm-accel": our_version(),
+        "executorch": _dist_version("executorch"),
+        "torch": _dist_version("torch"),
+        "python": sys.version.split()[0],
+    }
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("ARM_ACCEL")}
+    if args.json:
+        record = {
+            "versions": versions,
+            "accelerated": status.enabled and status.activated,
+            "status": status.as_dict(),
+            "env": env,
+        }
+        print(json.dumps(record, indent=2))
+        return 0
+    active, why = activation_status(status)
+    print(f"arm-accel   {versions['arm-accel']}")
+    print(f"executorch  {versions['executorch']}")
+    print(f"torch       {versions['torch']}")
+    print(f"python      {versions['python']}")
     print(f"accelerated {active} ({why})")
-    env = {k: v for k, v in os.environ.items() if k.startswith("ARM_ACCEL")}
-    for k, v in sorted(env.items()):
+    for k, v in env.items():
         print(f"env         {k}={v}")
     return 0
 
@@ -310,14 +298,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------- profile
-def _run_script(script: str, script_args: list[str]) -> Any:
+def _run_script(script: str, script_args: list[str], quiet: bool) -> tuple[Profile, Stats]:
+    """Run ``script`` as ``__main__`` under the profiler; returns its profile and the
+    ``arm_accel.stats()`` it recorded (reset before it starts). ``quiet`` sends the script's
+    stdout to stderr (``--json`` keeps stdout for the JSON)."""
+    import arm_accel
     from arm_accel import profiling
 
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *script_args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    arm_accel.reset_stats()
+    out = contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext()
     try:
-        with profiling.profiled() as prof:
+        with out, profiling.profiled() as prof:
             try:
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as exc:
@@ -325,7 +319,15 @@ def _run_script(script: str, script_args: list[str]) -> Any:
                     raise
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-    return prof
+    return prof, arm_accel.stats()
+
+
+def profile_record(runs: dict[str, tuple[Profile, Stats]]) -> dict[str, object]:
+    """``arm-accel profile --json``: per run its profile (every row) and its stats."""
+    return {
+        name: {"profile": prof.as_dict(), "stats": stats.as_dict()}
+        for name, (prof, stats) in runs.items()
+    }
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -334,6 +336,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     if not os.path.exists(args.script):
         print(f"no such script: {args.script}", file=sys.stderr)
         return 2
+    runs: dict[str, tuple[Profile, Stats]] = {}
     if args.compare:
         if not profiling.accel_available() or not profiling.ensure_active():
             print(
@@ -342,17 +345,19 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         with profiling.stock(), progress("run stock"):
-            prof_s = _run_script(args.script, args.args)
+            runs["stock"] = _run_script(args.script, args.args, args.json)
         with progress("run accelerated"):
-            prof_a = _run_script(args.script, args.args)
-        print(profiling.compare_table(prof_s, prof_a, args.top), end="")
-        if args.csv:
-            profiling.write_csv(args.csv, {"stock": prof_s, "accelerated": prof_a})
-        return 0
-    prof = _run_script(args.script, args.args)
-    print(profiling.profile_table(prof, args.top), end="")
+            runs["accelerated"] = _run_script(args.script, args.args, args.json)
+    else:
+        runs["run"] = _run_script(args.script, args.args, args.json)
+    if args.json:
+        print(json.dumps(profile_record(runs), indent=2))
+    elif args.compare:
+        print(profiling.compare_table(runs["stock"][0], runs["accelerated"][0], args.top), end="")
+    else:
+        print(profiling.profile_table(runs["run"][0], args.top), end="")
     if args.csv:
-        profiling.write_csv(args.csv, {"run": prof})
+        profiling.write_csv(args.csv, {name: prof for name, (prof, _) in runs.items()})
     return 0
 
 
@@ -371,6 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="don't import executorch's Arm passes first (faster; the activation "
         "hook may then not have fired yet)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print versions, arm_accel.status() and the ARM_ACCEL* environment as JSON",
     )
     p.set_defaults(fn=cmd_info)
 
@@ -411,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--top", type=int, default=25, help="rows to print (0: all)")
     p.add_argument("--csv", help="write every row to this CSV file")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print every row and each run's arm_accel.stats() as JSON instead of the table "
+        "(the script's own output goes to stderr)",
+    )
     p.add_argument(
         "--compare", action="store_true", help="run stock (arm_accel.disabled()) then accelerated"
     )

@@ -37,7 +37,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from arm_accel.records import Stats
 
 # The five view/permute passes arm-accel accelerates (the propagation pass comes in an Up and
 # a Down class; both count as the fifth).
@@ -105,6 +108,19 @@ class Profile:
     @property
     def retraces(self) -> int:
         return sum(r.retraces for r in self.rows.values())
+
+    def as_dict(self) -> dict[str, object]:
+        """Every row (sorted by exclusive seconds) and the totals, JSON-ready."""
+        total = self.total_seconds
+        return {
+            "total_seconds": round(total, 6),
+            "lowering_seconds": round(self.lowering_seconds, 6),
+            "lowering_calls": self.lowering_calls,
+            "retraces": self.retraces,
+            "nodes_in": self.nodes_in,
+            "view_permute_seconds": round(self.view_permute_seconds(), 6),
+            "rows": [r.as_dict(total) for r in self.sorted_rows()],
+        }
 
     def sorted_rows(self) -> list[Row]:
         return sorted(self.rows.values(), key=lambda r: (-r.seconds, r.name))
@@ -392,7 +408,7 @@ def lower_profiled(
     return edge, prof, seconds
 
 
-def stats_snapshot() -> dict[str, Any] | None:
+def stats_snapshot() -> Stats | None:
     """``arm_accel.stats()``, or None where the activation layer is unavailable."""
     import arm_accel
 
@@ -409,23 +425,23 @@ def is_pass_entry(name: str) -> bool:
 
 
 def stats_delta(
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
+    before: Stats | None,
+    after: Stats | None,
     entries: Callable[[str], bool] = is_pass_entry,
 ) -> tuple[int | None, int | None]:
     """Accelerated calls and fallbacks recorded by ``arm_accel.stats()`` between two snapshots,
     over the entries ``entries`` selects (the accelerated passes by default)."""
     if before is None or after is None:
         return None, None
+    from arm_accel.records import PassStats
+
     acc = fb = 0
     for name, s in after.items():
         if not entries(name):
             continue
-        b = before.get(name, {})
-        acc += int(s.get("accelerated", 0)) - int(b.get("accelerated", 0))
-        fb += sum(dict(s.get("fallbacks", {})).values()) - sum(
-            dict(b.get("fallbacks", {})).values()
-        )
+        b = before.get(name, PassStats())
+        acc += s.accelerated - b.accelerated
+        fb += s.fallback_count - b.fallback_count
     return acc, fb
 
 

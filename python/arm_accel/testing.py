@@ -1,26 +1,34 @@
-"""Graph equality, the project's promise (see design.md)."""
+"""Graph equality, the project's promise: the oracles of the differential tests and benches
+(the contract is spelt out in design.md, "The equality contract")."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import fx
 
 
-def _norm(value: Any, index: dict[fx.Node, int]) -> Any:
+def _positional(value: Any, index: dict[fx.Node, int], typed: bool) -> Any:
+    """``value`` with nodes replaced by their position; ``typed`` also tells tuple subclasses
+    (``torch.Size``) apart from lists by ``isinstance`` and tags leaves with their type name."""
     if isinstance(value, fx.Node):
         return ("node", index[value])
     if isinstance(value, (list, tuple)):
-        return (type(value) is tuple, [_norm(v, index) for v in value])
+        is_tuple = isinstance(value, tuple) if typed else type(value) is tuple
+        return (is_tuple, [_positional(v, index, typed) for v in value])
     if isinstance(value, dict):
-        return {k: _norm(v, index) for k, v in value.items()}
-    return value
+        return {k: _positional(v, index, typed) for k, v in value.items()}
+    return (type(value).__name__, value) if typed else value
 
 
-def assert_graphs_equal(a: fx.GraphModule, b: fx.GraphModule) -> None:
-    """Same node count and order; op/target/args/kwargs equal with nodes compared by position;
-    ``meta["val"]`` shape and dtype equal."""
+def _matched_nodes(
+    a: fx.GraphModule, b: fx.GraphModule, typed: bool
+) -> Iterator[tuple[str, fx.Node, fx.Node]]:
+    """The node walk both assertions share: same node count, then each pair in graph order,
+    yielded with its label for messages once op, target, args and kwargs are checked equal
+    (nodes compared by position, :func:`_positional`)."""
     na, nb = list(a.graph.nodes), list(b.graph.nodes)
     assert len(na) == len(nb), f"node count {len(na)} != {len(nb)}"
     ia = {n: i for i, n in enumerate(na)}
@@ -29,10 +37,17 @@ def assert_graphs_equal(a: fx.GraphModule, b: fx.GraphModule) -> None:
         where = f"node {i} ({x.name} vs {y.name})"
         assert x.op == y.op, f"{where}: op {x.op} != {y.op}"
         assert x.target == y.target, f"{where}: target {x.target} != {y.target}"
-        ax, ay = _norm(x.args, ia), _norm(y.args, ib)
+        ax, ay = _positional(x.args, ia, typed), _positional(y.args, ib, typed)
         assert ax == ay, f"{where}: args {x.args} != {y.args}"
-        kx, ky = _norm(x.kwargs, ia), _norm(y.kwargs, ib)
+        kx, ky = _positional(x.kwargs, ia, typed), _positional(y.kwargs, ib, typed)
         assert kx == ky, f"{where}: kwargs {x.kwargs} != {y.kwargs}"
+        yield where, x, y
+
+
+def assert_graphs_equal(a: fx.GraphModule, b: fx.GraphModule) -> None:
+    """Same node count and order; op/target/args/kwargs equal with nodes compared by position;
+    ``meta["val"]`` shape and dtype equal."""
+    for where, x, y in _matched_nodes(a, b, typed=False):
         vx, vy = x.meta.get("val"), y.meta.get("val")
         assert _val_sig(vx) == _val_sig(vy), f"{where}: val {_val_sig(vx)} != {_val_sig(vy)}"
 
@@ -59,8 +74,14 @@ def meta_signature(value: Any) -> Any:
     from torch.fx.traceback import NodeSource
 
     if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, value.stride(),
-                value.storage_offset(), str(value.device))
+        return (
+            "tensor",
+            tuple(value.shape),
+            value.dtype,
+            value.stride(),
+            value.storage_offset(),
+            str(value.device),
+        )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(meta_signature(v) for v in value))
     if isinstance(value, dict):
@@ -82,17 +103,8 @@ def assert_graphs_identical(a: fx.GraphModule, b: fx.GraphModule) -> None:
     with the same names, ops, targets, args and kwargs (containers' types included, nodes by
     position), the same meta keys with equal values (:func:`meta_signature`) but for
     :data:`UNCOMPARED_META`, and the same name-space state (what later node names follow from)."""
-    na, nb = list(a.graph.nodes), list(b.graph.nodes)
-    assert len(na) == len(nb), f"node count {len(na)} != {len(nb)}"
-    ia = {n: i for i, n in enumerate(na)}
-    ib = {n: i for i, n in enumerate(nb)}
-    for i, (x, y) in enumerate(zip(na, nb, strict=True)):
-        where = f"node {i} ({x.name} vs {y.name})"
+    for where, x, y in _matched_nodes(a, b, typed=True):
         assert x.name == y.name, f"{where}: names differ"
-        assert x.op == y.op, f"{where}: op {x.op} != {y.op}"
-        assert x.target == y.target, f"{where}: target {x.target} != {y.target}"
-        assert _typed(x.args, ia) == _typed(y.args, ib), f"{where}: args {x.args} != {y.args}"
-        assert _typed(x.kwargs, ia) == _typed(y.kwargs, ib), f"{where}: kwargs differ"
         keys_x = set(x.meta) - UNCOMPARED_META
         keys_y = set(y.meta) - UNCOMPARED_META
         assert keys_x == keys_y, f"{where}: meta keys differ: {sorted(keys_x ^ keys_y)}"
@@ -103,13 +115,3 @@ def assert_graphs_identical(a: fx.GraphModule, b: fx.GraphModule) -> None:
     ns_a, ns_b = a.graph._graph_namespace, b.graph._graph_namespace
     assert ns_a._used_names == ns_b._used_names, "name spaces hold different names"
     assert ns_a._base_count == ns_b._base_count, "name spaces count names differently"
-
-
-def _typed(value: Any, index: dict[fx.Node, int]) -> Any:
-    if isinstance(value, fx.Node):
-        return ("node", index[value])
-    if isinstance(value, (list, tuple)):
-        return (isinstance(value, tuple), [_typed(v, index) for v in value])
-    if isinstance(value, dict):
-        return {k: _typed(v, index) for k, v in value.items()}
-    return (type(value).__name__, value)

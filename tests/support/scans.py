@@ -9,14 +9,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from arm_accel import stats
+from arm_accel import PassStats, counters
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
 from torch import fx
 
 if TYPE_CHECKING:
-    from arm_accel.capture import Captured
+    from arm_accel.devtools.capture import Captured
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
@@ -63,12 +63,12 @@ def checked_scans(
         **kwargs: Any,
     ) -> scan_plan.ScanRun | None:
         reference = copy.deepcopy(graph_module)
-        before = stats.snapshot().get(name, {}).get("scans_declined", {})
+        before = counters.snapshot().get(name, PassStats()).scans_declined
         run = original(pass_, graph_module, name, cache, max_scans, **kwargs)
         if run is None:
-            after = stats.snapshot()[name]["scans_declined"]
-            for reason, n in after.items():  # type: ignore[union-attr]
-                if n != before.get(reason, 0):  # type: ignore[union-attr]
+            after = counters.snapshot()[name].scans_declined
+            for reason, n in after.items():
+                if n != before.get(reason, 0):
                     counts[f"declined: {reason}"] += 1
             return None
         assert 1 <= run.scans <= max_scans

@@ -318,7 +318,7 @@ def _decompose(
     stage: _Stage, index: int, ep: ExportedProgram, table: Any, triton: bool, stock: Any
 ) -> ExportedProgram:
     """One decomposition call of the stage: replayed when provably a no-op, else stock."""
-    from arm_accel import stats, switch
+    from arm_accel import counters, switch
 
     if not switch.is_enabled():
         return stock(ep, table, triton)
@@ -335,11 +335,11 @@ def _decompose(
         except Exception as exc:  # never wrong: any surprise runs the stock call
             reason = f"replay failed: {exc!r}"
         else:
-            stats.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
+            counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return result
-    stats.record_fallback(STATS_NAME, reason)
+    counters.record_fallback(STATS_NAME, reason)
     result = stock(ep, table, triton)
-    stats.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=False, retraces=1)
+    counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=False, retraces=1)
     return result
 
 

@@ -33,7 +33,7 @@ and register it in ``arm_accel.passes.REGISTRY``::
   rolls the journal back (graph, node order, metadata and node-name counters restored) and runs the
   stock ``call`` on the restored graph;
 - records calls / accelerated runs / fallbacks with reasons / re-traces (``self.note_retrace()``)
-  / seconds in :mod:`arm_accel.stats` under the stock class name;
+  / seconds in :mod:`arm_accel.counters` under the stock class name;
 - with ``ARM_ACCEL_STRICT=1`` (:func:`arm_accel.switch.strict`) an exception other than a
   :class:`Decline` is re-raised after the rollback instead of falling back (the test suite runs
   strict, so a bug cannot hide behind a silent fallback).
@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 
 import torch.fx
 
-from arm_accel import stats, switch
+from arm_accel import counters, switch
 
 logger = logging.getLogger("arm_accel")
 
@@ -326,6 +326,9 @@ class AcceleratedPass:
     #: Whether the driver recompiles when it commits (passes that re-trace or recompile
     #: themselves, as their stock ``call`` does, say False).
     accel_recompile: ClassVar[bool] = True
+    #: ``accel_apply`` re-traces (if at all) as its last edit, inside the journal's transaction:
+    #: the re-trace engine may run it in place (``retrace_engine.RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -364,7 +367,7 @@ class AcceleratedPass:
             try:
                 return self.stock_call(graph_module)
             finally:
-                stats.record_call(name, time.perf_counter() - t0, False, self._accel_retraces)
+                counters.record_call(name, time.perf_counter() - t0, False, self._accel_retraces)
 
         reason: str
         try:
@@ -375,7 +378,7 @@ class AcceleratedPass:
             reason = f"plan failed: {type(exc).__name__}"
             logger.debug("arm_accel: %s plan failed", name, exc_info=True)
             if switch.strict():
-                stats.record_fallback(name, f"strict: {reason}")
+                counters.record_fallback(name, f"strict: {reason}")
                 raise
         else:
             journal = GraphJournal(graph_module)
@@ -389,16 +392,16 @@ class AcceleratedPass:
                 if not journal.done:
                     journal.rollback()
                 if switch.strict():
-                    stats.record_fallback(name, f"strict: {reason}")
+                    counters.record_fallback(name, f"strict: {reason}")
                     raise
             else:
-                stats.record_call(name, time.perf_counter() - t0, True, self._accel_retraces)
+                counters.record_call(name, time.perf_counter() - t0, True, self._accel_retraces)
                 return result
-        stats.record_fallback(name, reason)
+        counters.record_fallback(name, reason)
         try:
             return self.stock_call(graph_module)
         finally:
-            stats.record_call(name, time.perf_counter() - t0, False, self._accel_retraces)
+            counters.record_call(name, time.perf_counter() - t0, False, self._accel_retraces)
 
 
 class GuardedCallMixin:
@@ -407,6 +410,8 @@ class GuardedCallMixin:
 
     _arm_accel_stock: ClassVar[type]
     _arm_accel_name: ClassVar[str]
+    #: Only wraps the stock ``call``: its re-trace may run in place (``RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
 
     def call(self, graph_module: torch.fx.GraphModule) -> Any:
         name = _stats_name(self)
@@ -415,11 +420,11 @@ class GuardedCallMixin:
             try:
                 return _stock_class(type(self)).call(self, graph_module)
             finally:
-                stats.record_call(name, time.perf_counter() - t0, False)
+                counters.record_call(name, time.perf_counter() - t0, False)
         # Count this thread's records only: another thread's call of the same pass in between
         # must not make this one look recorded.
-        before = stats.calls_in_this_thread(name)
+        before = counters.calls_in_this_thread(name)
         result = super().call(graph_module)  # type: ignore[misc]
-        if stats.calls_in_this_thread(name) == before:
-            stats.record_call(name, time.perf_counter() - t0, True)
+        if counters.calls_in_this_thread(name) == before:
+            counters.record_call(name, time.perf_counter() - t0, True)
         return result

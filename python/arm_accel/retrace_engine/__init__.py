@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import fx
 
-from arm_accel import stats, switch
+from arm_accel import counters, switch
 from arm_accel.retrace_engine import codegen
 
 logger = logging.getLogger("arm_accel")
@@ -102,6 +103,48 @@ IN_PLACE_CALLERS: frozenset[str] = frozenset(
     }
 )
 
+
+def _no_scalar_to_coerce(graph_module: fx.GraphModule) -> str | None:
+    """``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor`` argument of an
+    operator into a tensor constant, which the re-trace adds as a ``get_attr`` (not modelled in
+    place): None when no node has one, read with the pass's own ``map_args`` and its test."""
+    import operator
+
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.pass_base import map_args
+
+    found: list[bool] = []
+
+    def probe(value: Any, arg: Any) -> Any:
+        if isinstance(value, (float, int, bool)) and isinstance(arg.type, torch.TensorType):
+            found.append(True)
+        return value
+
+    for node in graph_module.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or target is operator.getitem:
+            continue
+        if isinstance(target, torch._ops.OpOverloadPacket):
+            return "operator overload packet"
+        if isinstance(target, (torch._ops.OpOverload, EdgeOpOverload)):
+            map_args(target, probe, node.args, node.kwargs)
+            if found:
+                return "a scalar becomes a tensor constant"
+    return None
+
+
+#: executorch passes with a ``call`` override that uses only the re-trace's result, whose
+#: re-trace runs in place when a check of the graph finds nothing it does not model (None).
+CONDITIONAL_CALLERS: dict[str, Callable[[fx.GraphModule], str | None]] = {
+    "ScalarToTensorPass": _no_scalar_to_coerce,
+}
+
+#: Set (True) on an arm-accel class whose ``call`` re-traces only as its last edit of the graph,
+#: inside a transaction whose rollback restores the whole graph (``GraphJournal.checkpoint``):
+#: the re-trace may run in place. Not on ``_VirtualRetraceBase``: its real re-trace happens in
+#: the middle of a propagation call, which goes on editing.
+RETRACE_LAST = "_arm_accel_retrace_last"
+
 _local = threading.local()
 _installed: dict[str, Any] = {}
 
@@ -110,7 +153,7 @@ def _in_arm_pipeline() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
-def _eligible(pass_: Any) -> str | None:
+def _eligible(pass_: Any, graph_module: fx.GraphModule) -> str | None:
     """None when the pass's re-trace can be done in place, else why not."""
     from executorch.exir.pass_base import _ExportPassBase
 
@@ -118,10 +161,20 @@ def _eligible(pass_: Any) -> str | None:
     for klass in cls.__mro__:
         if klass is _ExportPassBase:
             return None
-        if "call" in vars(klass) and not (
-            klass.__module__.startswith("executorch.") and klass.__name__ in IN_PLACE_CALLERS
-        ):
+        if "call" not in vars(klass):
+            continue
+        if not klass.__module__.startswith("executorch."):
+            if klass.__module__.startswith("arm_accel.") and vars(klass).get(RETRACE_LAST):
+                continue
             return "call override"
+        if klass.__name__ in IN_PLACE_CALLERS:
+            continue
+        check = CONDITIONAL_CALLERS.get(klass.__name__)
+        if check is None:
+            return "call override"
+        reason = check(graph_module)
+        if reason is not None:
+            return reason
     return "not an ExportPass"
 
 
@@ -134,21 +187,21 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
 
     name = f"{type(self).__name__}.retrace"
     start = time.perf_counter()
-    reason = _eligible(self)
+    reason = _eligible(self, graph_module)
     failure: Exception | None = None
     if reason is not None:
-        stats.record_decline(name, reason)
+        counters.record_decline(name, reason)
     else:
         try:
             result, _engine = inplace.retrace(self, graph_module)
         except inplace.Unsupported as exc:
-            stats.record_decline(name, str(exc))
+            counters.record_decline(name, str(exc))
         except Exception as exc:  # the graph is as it came: run stock, which may raise it too
             failure = exc
-            stats.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
+            counters.record_fallback(name, f"{type(exc).__name__} in the in-place re-trace")
             logger.debug("arm_accel: in-place re-trace of %s failed", name, exc_info=True)
         else:
-            stats.record_call(name, time.perf_counter() - start, True)
+            counters.record_call(name, time.perf_counter() - start, True)
             return result
     result = stock_call(self, graph_module)
     if failure is not None and switch.strict():
@@ -158,7 +211,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
     # keep those the graph still holds.
     inplace.record_freshness(result.graph_module.graph)
-    stats.record_call(name, time.perf_counter() - start, False)
+    counters.record_call(name, time.perf_counter() - start, False)
     return result
 
 

@@ -3,12 +3,11 @@
 Each pass of the Arm pipeline recompiles its graph module two or three times (the re-trace's new
 ``GraphModule``, the pass manager, the pass adapter), and most passes leave the graph as it was,
 so most recompiles regenerate the very source they generated before. ``Graph.python_code`` is
-memoised on what the generated source is made of (``source_key``: every node's name, op, target,
-args and kwargs with their types, type annotation, and the meta the code generator writes into
-comments), and the compiled ``forward`` on the source and its globals. Anything else (another
-code generator, a verbose or profiler-instrumented request, unhashable arguments) is generated
-as stock generates it.
-"""
+memoised per graph on what the generated source is made of (``source_key``: every node by
+identity with its name, op, target, args and kwargs containers by identity, type annotation,
+and the meta the code generator writes into comments), and the compiled ``forward`` on the
+source and its globals. Anything else (another code generator, a verbose or
+profiler-instrumented request, unhashable targets) is generated as stock generates it."""
 
 from __future__ import annotations
 
@@ -23,44 +22,46 @@ _CACHE_SIZE = 64
 #: Environment variables ``_gen_python_code`` reads.
 _ENV = ("FX_GRAPH_SHOW_STRIDE", "FX_GRAPH_SHOW_DEVICE", "FX_GRAPH_SHOW_META")
 _lock = threading.Lock()
-_sources: OrderedDict[Any, Any] = OrderedDict()
+#: Sources remembered per graph: a pass recompiles the graph it left a few times in a row.
+_GRAPH_CACHE_SIZE = 4
+_MEMO_ATTR = "_arm_accel_code"
+#: Bumped by :func:`clear`: a graph memo of an older generation is dropped when next used.
+_generation = [0]
+
+
+class _Memo(OrderedDict):  # type: ignore[type-arg]
+    def __init__(self, generation: int) -> None:
+        super().__init__()
+        self.generation = generation
+
+
 _forwards: OrderedDict[Any, Any] = OrderedDict()
 hits = {"python_code": 0, "forward": 0}
 
 
-class _NotKeyable(Exception):
-    pass
+def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
+    """What ``_gen_python_code`` reads of the graph by default, and the objects the key names
+    by ``id`` (kept alive with the entry, so that no id is reused while it exists).
 
-
-def _arg_key(value: Any) -> Any:
-    if isinstance(value, fx.Node):
-        return ("node", value.name)
-    if isinstance(value, tuple):
-        return ("tuple", tuple(_arg_key(v) for v in value))
-    if isinstance(value, list):
-        return ("list", tuple(_arg_key(v) for v in value))
-    if isinstance(value, dict):
-        return ("dict", tuple((k, _arg_key(v)) for k, v in value.items()))
-    try:
-        hash(value)
-    except TypeError:
-        raise _NotKeyable(type(value).__name__) from None
-    return (type(value), value)
-
-
-def source_key(graph: fx.Graph) -> tuple[Any, ...]:
-    """What ``_gen_python_code`` reads of the graph by default (raises ``_NotKeyable``)."""
+    Nodes and their args/kwargs containers are keyed by identity: fx never mutates a node's
+    args containers (an edit replaces them), so the same containers hold the same arguments,
+    and the nodes they reference have their names in the key at their own entries. That is
+    exact, and reads no argument."""
     key: list[Any] = []
+    alive: list[Any] = []
     for node in graph.nodes:
         meta = node.meta
         custom = meta.get("custom")
+        args, kwargs = node._args, node._kwargs
+        alive.append((node, args, kwargs))
         key.append(
             (
+                id(node),
                 node.name,
                 node.op,
                 node.target if not isinstance(node.target, str) else ("str", node.target),
-                _arg_key(node.args),
-                _arg_key(node.kwargs),
+                id(args),
+                id(kwargs),
                 node.type,
                 meta.get("stack_trace"),
                 repr(custom) if custom else None,
@@ -68,13 +69,13 @@ def source_key(graph: fx.Graph) -> tuple[Any, ...]:
                 meta.get("ac_graph_id"),
             )
         )
-    return tuple(key)
+    return tuple(key), alive
 
 
-def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, size: int = _CACHE_SIZE) -> None:
     with _lock:
         cache[key] = value
-        while len(cache) > _CACHE_SIZE:
+        while len(cache) > size:
             cache.popitem(last=False)
 
 
@@ -86,6 +87,16 @@ def _recall(cache: OrderedDict[Any, Any], key: Any) -> Any:
         return value
 
 
+def _graph_memo(graph: fx.Graph) -> OrderedDict[Any, Any]:
+    """The graph's own memo (an attribute, so it lives and dies with the graph: its entries
+    reference the graph's nodes; ``Graph.__deepcopy__`` does not copy it)."""
+    memo = getattr(graph, _MEMO_ATTR, None)
+    if memo is None or memo.generation != _generation[0]:
+        memo = _Memo(_generation[0])
+        setattr(graph, _MEMO_ATTR, memo)
+    return memo
+
+
 def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
     """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
@@ -93,17 +104,19 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
     if type(graph._codegen) is not fx.graph.CodeGen:
         return stock(graph, root_module, **kwargs)
     try:
-        key = (root_module, tuple(os.environ.get(v) for v in _ENV), source_key(graph))
+        nodes_key, alive = source_key(graph)
+        key = (root_module, tuple(os.environ.get(v) for v in _ENV), nodes_key)
         hash(key)
-    except (_NotKeyable, TypeError):
+    except TypeError:  # an unhashable target or type annotation
         return stock(graph, root_module, **kwargs)
-    code = _recall(_sources, key)
-    if code is None:
+    memo = _graph_memo(graph)
+    entry = _recall(memo, key)
+    if entry is None:
         code = stock(graph, root_module, **kwargs)
-        _remember(_sources, key, code)
-    else:
-        hits["python_code"] += 1
-    return code
+        _remember(memo, key, (code, alive), _GRAPH_CACHE_SIZE)
+        return code
+    hits["python_code"] += 1
+    return entry[0]
 
 
 def forward_from_src(stock: Any, src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
@@ -120,6 +133,7 @@ def forward_from_src(stock: Any, src: str, globals_: dict[str, Any], co_fields: 
 
 
 def clear() -> None:
+    """Forget every remembered source (the graphs' memos too) and function."""
     with _lock:
-        _sources.clear()
+        _generation[0] += 1
         _forwards.clear()

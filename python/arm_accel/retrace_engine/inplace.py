@@ -77,6 +77,16 @@ def record_freshness(graph: fx.Graph) -> None:
     )
 
 
+def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
+    """These nodes' values were just fake-dispatched from their inputs' current values (the
+    virtual re-trace): where a record of the graph exists, they count as left by a re-trace."""
+    left = getattr(graph, _LEFT_ATTR, None)
+    if left is None:
+        return
+    for n in nodes:
+        left[n] = _Left(n.target, n.args, n.kwargs, n.meta.get("val"))
+
+
 def _left_by(graph: fx.Graph) -> dict[fx.Node, _Left]:
     return getattr(graph, _LEFT_ATTR, None) or {}
 
@@ -132,9 +142,7 @@ def _same_args(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_same_args(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
         return (
-            isinstance(b, dict)
-            and a.keys() == b.keys()
-            and all(_same_args(a[k], b[k]) for k in a)
+            isinstance(b, dict) and a.keys() == b.keys() and all(_same_args(a[k], b[k]) for k in a)
         )
     if isinstance(a, ProxyValue) or isinstance(b, ProxyValue):
         return False
@@ -188,20 +196,23 @@ def check_graph(graph_module: fx.GraphModule) -> None:
             raise Unsupported(op)
         if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
             raise Unsupported("higher-order op")
-        for leaf in _tensors_and_symbols(node.meta.get("val")):
+        val = node.meta.get("val")
+        for leaf in (val,) if type(val) is FakeTensor else _tensors_and_symbols(val):
             if not isinstance(leaf, torch.Tensor):
                 raise Unsupported("symbolic value")
             # A lifted constant's placeholder feeds its real tensor in (``inputs``, as stock);
             # a computed constant would be propagated by fake dispatch.
             if op != "placeholder" and getattr(leaf, "constant", None) is not None:
                 raise Unsupported("fake tensor with a constant")
-            if any(not isinstance(d, int) for d in leaf.shape):
+            if any(type(d) is not int for d in leaf.shape):
                 raise Unsupported("symbolic shape")
-        if _tensors_and_symbols(node.args) or _tensors_and_symbols(node.kwargs):
+        if _has_tensor_or_symbol(node.args) or _has_tensor_or_symbol(node.kwargs):
             raise Unsupported("tensor or symbolic argument")
 
 
 _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
+#: Argument types that are neither tensors nor symbols nor containers (exact types: fast).
+_PLAIN = frozenset({fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device})
 
 
 def _tensors_and_symbols(value: Any) -> list[Any]:
@@ -213,6 +224,15 @@ def _tensors_and_symbols(value: Any) -> list[Any]:
     if isinstance(value, dict):
         return [leaf for v in value.values() for leaf in _tensors_and_symbols(v)]
     return []
+
+
+def _has_tensor_or_symbol(value: Any) -> bool:
+    """Whether ``_tensors_and_symbols(value)`` is not empty, without building it."""
+    if isinstance(value, (tuple, list)):
+        return any(type(v) not in _PLAIN and _has_tensor_or_symbol(v) for v in value)
+    if isinstance(value, dict):
+        return any(type(v) not in _PLAIN and _has_tensor_or_symbol(v) for v in value.values())
+    return isinstance(value, (torch.Tensor, *_SYMBOLS))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,10 +316,15 @@ class _Journal:
         self.created: list[fx.Node] = []
         self.args: list[tuple[fx.Node, Any, Any]] = []
         self.metas: dict[fx.Node, dict[str, Any]] = {}
+        self.targets: list[tuple[fx.Node, Any]] = []
 
     def set_args(self, node: fx.Node, args: Any, kwargs: Any) -> None:
         self.args.append((node, node.args, node.kwargs))
         node.args, node.kwargs = args, kwargs
+
+    def set_target(self, node: fx.Node, target: Any) -> None:
+        self.targets.append((node, node.target))
+        node.target = target  # fx updates its find_nodes index
 
     def set_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
         self.metas.setdefault(node, node.meta)
@@ -309,6 +334,8 @@ class _Journal:
         self.graph._insert = self._insert
         for node, args, kwargs in reversed(self.args):
             node.args, node.kwargs = args, kwargs
+        for node, target in reversed(self.targets):
+            node.target = target
         for node in reversed(self.created):
             if not node._erased:
                 self.graph.erase_node(node)
@@ -324,6 +351,20 @@ class _Journal:
 
 # ---------------------------------------------------------------------------------------------
 # The re-trace
+
+
+def _retargetable(kind: str, target: Any) -> bool:
+    """A call that rebuilds the interpreted node with this operator instead may claim it."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    return kind == "call_function" and isinstance(target, (torch._ops.OpOverload, EdgeOpOverload))
+
+
+def _wraps(target: Any, op: Any) -> bool:
+    """``target`` is the edge operator of ``op`` (``EdgeOpOverload.__call__`` calls it)."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    return isinstance(target, EdgeOpOverload) and target._op is op
 
 
 def _creation_candidate(graph: fx.Graph, target: Any, name: str | None) -> str:
@@ -383,7 +424,7 @@ class InplaceRetrace:
             node is not None
             and node not in self.claimed
             and kind == node.op
-            and target is node.target
+            and (target is node.target or _retargetable(kind, target))
             and self.fetched is not None
             and _same_args(args, self.fetched[0])
             and _same_args(kwargs, self.fetched[1])
@@ -415,7 +456,14 @@ class InplaceRetrace:
         meta: NodeMetadata,
     ) -> ProxyValue:
         pass_ = self.pass_
-        if kind == "call_function" and self._value_still_holds(node):
+        same_op = True
+        if target is not node.target:
+            # The call rebuilds the node from its own inputs with another operator (e.g. aten
+            # to edge): stock's new node would sit right here, named from its target. An edge
+            # operator calls the aten one it wraps: the same dispatch.
+            same_op = _wraps(target, node.target)
+            self.journal.set_target(node, target)
+        if same_op and kind == "call_function" and self._value_still_holds(node):
             res_data = self.old_val[node]
         else:
             args_data, kwargs_data = pytree.tree_map_only(
@@ -564,11 +612,14 @@ class InplaceRetrace:
         for node in reversed(self.unclaimed):
             graph.erase_node(node)
         names = _Namespace()
+        position: dict[fx.Node, int] = {}
         for node in graph.nodes:
+            position[node] = len(position)
             name = names.create_name(self.candidates[node], None)
             if node.name != name:
                 node.name = name
         graph._graph_namespace = names
+        _users_in_graph_order(graph, position)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
             if node.op == "placeholder":
@@ -577,6 +628,20 @@ class InplaceRetrace:
         new_gm.meta = self.gm.meta.copy()
         record_freshness(graph)
         return new_gm
+
+
+def _users_in_graph_order(graph: fx.Graph, position: dict[fx.Node, int]) -> None:
+    """Each node's users in graph order, as in stock's re-trace, which creates every user after
+    its inputs (a claimed node keeps its users dict; re-pointed args append to it). Later passes
+    iterate ``node.users``: its order decides what they do first."""
+    for node in graph.nodes:
+        users = node.users
+        if len(users) > 1:
+            keys = list(users)
+            ordered = sorted(keys, key=position.__getitem__)
+            if ordered != keys:
+                users.clear()
+                users.update(dict.fromkeys(ordered))
 
 
 def _node_of(value: Any) -> fx.Node:

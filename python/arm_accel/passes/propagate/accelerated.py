@@ -4,13 +4,13 @@ Same decisions as stock -- the native scan planner (below) or stock's own ``_pro
 but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
 replaced by a virtual re-trace (``retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
-in graph order. With ``ELIDE_FUSION_RETRACES`` the re-traces the in-loop fusions end with are
-virtual too, and the fusions themselves are our accelerated ``backends.transforms`` variants
-(``Base*`` in ``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
+in graph order. The re-traces the in-loop fusions end with are virtual too, and the fusions
+themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
+``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
 end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
 like stock's.
 
-Declines (stock pass runs, ``stats.record_fallback``): symbolic shapes, no fake tensors. If a
+Declines (stock pass runs, ``counters.record_fallback``): symbolic shapes, no fake tensors. If a
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
 which is what stock does at that point.
 
@@ -22,7 +22,7 @@ methods, mirrors the modelled re-trace (erase, reorder users, ``new_empty`` valu
 virtual re-trace at the end of the run, which also checks the modelled values. A run ends early
 where a value is not modelled (Python re-traces and plans on); the first scan of a call runs
 alone when the call's input values may be stale. A first scan the planner cannot decide
-exactly is declined before any edit (``stats.record_scan``) and stock's walk runs it
+exactly is declined before any edit (``counters.record_scan``) and stock's walk runs it
 (``_python_scan``).
 
 Transactional like the fusion passes: the call checkpoints the graph it receives
@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import executorch.backends.transforms.propagate_view_copy_permute_pass as _generic
 from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -52,7 +52,7 @@ from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
-from arm_accel import stats, switch
+from arm_accel import counters, switch
 from arm_accel.passes.base import GraphJournal, _stock_class, stage
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
@@ -75,12 +75,6 @@ _GENERIC_DOWN_FUSE_HORIZONTAL = _stock_class(
     _generic.PropagateViewCopyPermuteDownPass
 ).fuse_horizontal
 _GENERIC_FUSE_VERTICAL = _generic.PropagateViewCopyPermutePass.fuse_vertical
-
-
-#: Make the re-traces the in-loop fusions end with virtual too (issue 4). The two upstream
-#: failures once blamed on it came from the fusion choice (an ``isinstance`` against a module
-#: attribute the upstream-test plugin replaces); they fail with it off too.
-ELIDE_FUSION_RETRACES = True
 
 
 # Per-thread state: two threads lowering at once must not see each other's trackers or flags.
@@ -162,7 +156,7 @@ class _VirtualRetraceBase(ExportPass):
                     tracker.apply(prologue=False, arm_pass=isinstance(self, ArmPass))
                 return PassResult(graph_module, True)
             except VirtualRetraceUnsupported as exc:
-                stats.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
+                counters.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
             except Exception as exc:
                 raise AbortCall(exc) from exc
             with stage("real re-trace"):
@@ -184,9 +178,6 @@ _ACCELERATED_FUSIONS: dict[type, type] = {
 }
 
 
-#: Run the in-loop fusions through their accelerated variants (issue 4); off only to measure.
-ACCELERATED_IN_LOOP_FUSIONS = True
-
 # Bound of one native run of scans (the re-traces between them modelled): a guard against a
 # planner that never reaches the fixed point, far above any real graph's scan count.
 _SCANS_PER_RUN = 1 << 16
@@ -196,8 +187,6 @@ def _fusion_class(looked_up: type) -> type:
     """The class to run where stock runs ``looked_up`` (taken from the module, as stock looks it
     up): our accelerated variant when it is the stock class, else (a harness replaced it)
     whatever is there."""
-    if not ACCELERATED_IN_LOOP_FUSIONS:
-        return looked_up
     return _ACCELERATED_FUSIONS.get(looked_up, looked_up)
 
 
@@ -220,6 +209,10 @@ def _virtualized(cls: type) -> type:
 class _AcceleratedPropagation:
     """Mixin placed before the stock Arm class; overrides ``call`` and the fusion hooks."""
 
+    #: The real re-trace closes the accelerated call, inside its transaction (checkpoint
+    #: rollback): the re-trace engine may run it in place (``retrace_engine.RETRACE_LAST``).
+    _arm_accel_retrace_last: ClassVar[bool] = True
+
     _stock_name: str
 
     # ``active``: inside an accelerated call; ``exact``: values are exact (a re-trace, real or
@@ -241,7 +234,7 @@ class _AcceleratedPropagation:
         active = self._arm_accel_active
         exact = self._arm_accel_exact
         virtual = isinstance(fusion, _VirtualRetraceBase)
-        if virtual and active and ELIDE_FUSION_RETRACES:
+        if virtual and active:
             try:
                 fusion._set_tracker(VirtualRetracer(graph_module, full=not exact), self._stock_name)
             except VirtualRetraceUnsupported:
@@ -314,12 +307,12 @@ class _AcceleratedPropagation:
         with count_retraces() as retraces:
             if reason is not None:
                 if reason != "switched off":
-                    stats.record_fallback(name, reason)
+                    counters.record_fallback(name, reason)
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
                 result, reason = self._transaction(graph_module)
-        stats.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
+        counters.record_call(name, time.perf_counter() - start, reason is None, retraces.count)
         return result
 
     def _transaction(self, graph_module: fx.GraphModule) -> tuple[PassResult, str | None]:
@@ -336,7 +329,7 @@ class _AcceleratedPropagation:
             reason = _failure_reason(exc)
             _state.call_flags.pop(id(self), None)
             journal.rollback()
-            stats.record_fallback(self._stock_name, reason)
+            counters.record_fallback(self._stock_name, reason)
             if switch.strict() and not isinstance(error, RunUnverifiable):
                 raise error from None
             logger.info(
@@ -440,7 +433,7 @@ class _AcceleratedPropagation:
         except VirtualRetraceUnsupported as exc:
             if check:  # a real re-trace would hide what the model got wrong
                 raise RunUnverifiable(str(exc)) from exc
-            stats.record_fallback(self._stock_name, f"virtual retrace: {exc}")
+            counters.record_fallback(self._stock_name, f"virtual retrace: {exc}")
             logger.info("%s: real re-trace (%s)", self._stock_name, exc)
             with stage("real re-trace"):
                 return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
@@ -459,7 +452,7 @@ class _AcceleratedPropagation:
 
     def _raise_mispredictions(self, tracker: VirtualRetracer) -> None:
         if tracker.mismatches:
-            stats.record_shape_mismatch(self._stock_name, tracker.mismatches)
+            counters.record_shape_mismatch(self._stock_name, tracker.mismatches)
             raise Misprediction(
                 f"the between-scan model predicted {tracker.mismatches} value(s), dead node(s)"
                 " or users order(s) differently from the re-trace (please report)"

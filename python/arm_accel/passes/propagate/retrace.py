@@ -32,6 +32,8 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
+from arm_accel.retrace_engine import inplace
+
 _local = threading.local()
 
 
@@ -251,6 +253,7 @@ class VirtualRetracer:
         self._arm_pass = arm_pass
         seen = self._seen
         changed: set[fx.Node] = set()
+        dispatched: list[fx.Node] = []
         recomputed = 0
         nodes = list(graph.nodes)
         fake_mode = self.fake_mode
@@ -288,6 +291,8 @@ class VirtualRetracer:
                     if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
                         raise VirtualRetraceUnsupported("non-fake tensor result")
                     node.meta["val"] = new_val
+                    if not special:
+                        dispatched.append(node)
                     # Downstream values were computed from the snapshot's value, whatever an
                     # edit wrote since: compare with that.
                     if old is None or not _same_tensor_meta(old[2], new_val):
@@ -296,6 +301,8 @@ class VirtualRetracer:
                         self.mismatches += 1
         finally:
             fake_mode.allow_non_fake_inputs = prev_allow
+        # What dispatch gives for these args: a later in-place re-trace may keep it.
+        inplace.note_dispatched(graph, dispatched)
         # A re-trace creates users front to back: users dicts are in graph order.
         before_users = [list(node.users) for node in nodes] if check else []
         for node in nodes:

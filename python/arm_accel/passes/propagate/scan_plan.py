@@ -33,7 +33,7 @@ from executorch.backends.transforms.propagate_view_copy_permute_pass import _For
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
 
-from arm_accel import _native, stats
+from arm_accel import _native, counters
 from arm_accel.passes.base import _stock_class, stage
 from arm_accel.table import (
     Cls,
@@ -511,7 +511,7 @@ def run_scans(
     rolls the call back."""
     config = scan_config(pass_)
     if isinstance(config, str):
-        stats.record_scan(name, config)
+        counters.record_scan(name, config)
         logger.info("%s: scan not planned (%s); stock's walk runs it", name, config)
         return None
     direction, tosa = config
@@ -520,12 +520,12 @@ def run_scans(
     with stage("plan"):
         exported = export_scan_input(graph_module, pass_, tosa, cache)
         if isinstance(exported, str):
-            stats.record_scan(name, exported)
+            counters.record_scan(name, exported)
             return None
         exported = (*exported, retrace_column(exported[0], cache))
         answer = _native.plan_propagation_run(*exported, direction, tosa, max_scans)
     if isinstance(answer, _native.Decline):
-        stats.record_scan(name, answer.reason)
+        counters.record_scan(name, answer.reason)
         logger.info(
             "%s: scan declined by the native planner (%s); stock's walk runs it",
             name,
@@ -543,11 +543,11 @@ def run_scans(
             if j == last and j > 0 and not model_at_end and verify is not None:
                 verify()
             apply_edits(pass_, nodes, step.edits)
-            stats.record_scan(name, None)
+            counters.record_scan(name, None)
             modified |= step.modified
             if step.after is not None:
                 mirror_retrace(graph_module.graph, nodes, step.after)
-    stats.record_scan_run(name)
+    counters.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
 

@@ -1,60 +1,54 @@
 """Per-pass counters: calls, accelerated runs, fallbacks with reasons, re-traces, seconds.
 
-Thread-safe; read a snapshot with ``arm_accel.stats()`` (this module is callable).
+The recording side, called by the accelerated passes, the re-trace engine and the edge stage.
+Thread-safe; read a typed snapshot with ``arm_accel.stats()`` (:func:`snapshot`).
 """
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 import threading
-import types
 from collections import Counter
 from dataclasses import dataclass, field
+
+from arm_accel.records import PassStats, Stats
 
 _lock = threading.Lock()
 
 
 @dataclass
-class PassStats:
+class _Counts:
+    """The running counters of one entry; :class:`~arm_accel.records.PassStats` is its frozen
+    snapshot (same fields)."""
+
     calls: int = 0
     accelerated: int = 0
     fallbacks: Counter[str] = field(default_factory=Counter)
     retraces: int = 0
     seconds: float = 0.0
-    #: Propagation scans decided by the native planner, and the ones it declined, by reason.
     scans_native: int = 0
     scans_declined: Counter[str] = field(default_factory=Counter)
-    #: Runs of natively planned scans (the re-trace between a run's scans modelled), and the
-    #: values, dead nodes and users orders the model got wrong (checked against a virtual
-    #: re-trace on every run that read modelled values; each such run falls back; should stay 0).
     scan_runs: int = 0
     shape_mismatches: int = 0
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "calls": self.calls,
-            "accelerated": self.accelerated,
-            "fallbacks": dict(self.fallbacks),
-            "retraces": self.retraces,
-            "seconds": self.seconds,
-            "scans_native": self.scans_native,
-            "scans_declined": dict(self.scans_declined),
-            "scan_runs": self.scan_runs,
-            "shape_mismatches": self.shape_mismatches,
-        }
+    def frozen(self) -> PassStats:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        values["fallbacks"] = dict(self.fallbacks)
+        values["scans_declined"] = dict(self.scans_declined)
+        return PassStats(**values)
 
 
-_stats: dict[str, PassStats] = {}
+_stats: dict[str, _Counts] = {}
 # Calls recorded by the current thread, per pass, never reset: lets a caller tell whether a call
 # it made recorded itself without being misled by other threads' records (GuardedCallMixin).
 _thread = threading.local()
 _warned: set[tuple[str, str]] = set()  # survives reset(): warn once per process
 
 
-def _get(name: str) -> PassStats:
+def _get(name: str) -> _Counts:
     s = _stats.get(name)
     if s is None:
-        s = _stats[name] = PassStats()
+        s = _stats[name] = _Counts()
     return s
 
 
@@ -126,13 +120,6 @@ def record_shape_mismatch(name: str, count: int) -> None:
         _get(name).shape_mismatches += count
 
 
-def calls_of(name: str) -> int:
-    """Calls recorded so far for ``name`` (0 if none)."""
-    with _lock:
-        s = _stats.get(name)
-        return 0 if s is None else s.calls
-
-
 def calls_in_this_thread(name: str) -> int:
     """Calls of ``name`` recorded by the calling thread since it started (unaffected by reset)."""
     mine = getattr(_thread, "calls", None)
@@ -145,21 +132,12 @@ def accelerated_in_this_thread(name: str) -> int:
     return 0 if mine is None else mine[name]
 
 
-def snapshot() -> dict[str, dict[str, object]]:
+def snapshot() -> Stats:
+    """Every entry recorded since the last :func:`reset`, in name order."""
     with _lock:
-        return {name: s.as_dict() for name, s in sorted(_stats.items())}
+        return Stats({name: s.frozen() for name, s in sorted(_stats.items())})
 
 
 def reset() -> None:
     with _lock:
         _stats.clear()
-
-
-class _CallableModule(types.ModuleType):
-    """``arm_accel.stats()`` is ``arm_accel.stats.snapshot()``."""
-
-    def __call__(self) -> dict[str, dict[str, object]]:
-        return snapshot()
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -14,7 +14,8 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from arm_accel import capture, models, switch
+from arm_accel import models, switch
+from arm_accel.devtools import capture
 from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
