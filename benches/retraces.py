@@ -21,8 +21,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from arm_accel import activation, models, switch
-from arm_accel.passes import propagate
-from arm_accel.retrace import count_retraces
+from arm_accel.passes.propagate import accelerated
+from arm_accel.passes.propagate.retrace import count_retraces
 
 NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 
@@ -36,7 +36,7 @@ def measure(ours: bool) -> Iterator[list[tuple[str, int, float]]]:
     saved_apm = {n: getattr(apm, n) for n in NAMES}
     patched: list[tuple[type, Any]] = []
     for n in NAMES:
-        cls = getattr(propagate, n) if ours else activation.stock_class(n)
+        cls = getattr(accelerated, n) if ours else activation.stock_class(n)
         setattr(apm, n, cls)
         original = cls.__dict__.get("call")
         inner = cls.call

@@ -9,49 +9,53 @@ use std::fmt;
 
 /// fx node op kinds, in the order `arm_accel.table.OP_KINDS` lists them.
 pub mod op {
-    pub const PLACEHOLDER: u8 = 0;
-    pub const CALL_FUNCTION: u8 = 1;
-    pub const GET_ATTR: u8 = 2;
-    pub const OUTPUT: u8 = 3;
-    pub const CALL_MODULE: u8 = 4;
-    pub const CALL_METHOD: u8 = 5;
-    pub const COUNT: u8 = 6;
+    named_consts! { u8;
+        PLACEHOLDER = 0;
+        CALL_FUNCTION = 1;
+        GET_ATTR = 2;
+        OUTPUT = 3;
+        CALL_MODULE = 4;
+        CALL_METHOD = 5;
+    }
+    pub const COUNT: u8 = NAMED.len() as u8;
 }
 
 /// Per-node flag bits (`flags` column).
 pub mod flag {
-    /// Placeholder or get_attr that is a parameter, buffer or lifted constant.
-    pub const CONSTANT: u32 = 1 << 0;
-    /// `meta["val"]` carries a symbolic dim; its dims are stored as -1.
-    pub const SYMBOLIC: u32 = 1 << 1;
-    /// The tensor is marked as the TOSA INT48 special dtype.
-    pub const INT48: u32 = 1 << 2;
-    /// `meta["val"]` is not a single tensor (tuple, scalar, missing).
-    pub const NON_TENSOR: u32 = 1 << 3;
-    /// The node's args hold something the table cannot encode (see `iargs`).
-    pub const OPAQUE_ARGS: u32 = 1 << 4;
-    /// A user of this node is the graph output.
-    pub const FEEDS_OUTPUT: u32 = 1 << 5;
-    pub const ALL: u32 = (1 << 6) - 1;
+    named_consts! { bits u32;
+        /// Placeholder or get_attr that is a parameter, buffer or lifted constant.
+        CONSTANT = 1 << 0;
+        /// `meta["val"]` carries a symbolic dim; its dims are stored as -1.
+        SYMBOLIC = 1 << 1;
+        /// The tensor is marked as the TOSA INT48 special dtype.
+        INT48 = 1 << 2;
+        /// `meta["val"]` is not a single tensor (tuple, scalar, missing).
+        NON_TENSOR = 1 << 3;
+        /// The node's args hold something the table cannot encode (see `iargs`).
+        OPAQUE_ARGS = 1 << 4;
+        /// A user of this node is the graph output.
+        FEEDS_OUTPUT = 1 << 5;
+    }
 }
 
 /// Per-target class bits (`target_class` column, indexed by target code).
 pub mod class {
-    pub const PERMUTE: u32 = 1 << 0;
-    pub const VIEW: u32 = 1 << 1;
-    /// Has the `pointwise` op tag.
-    pub const ELEMENTWISE: u32 = 1 << 2;
-    /// `_clone_dim_order`, `_to_dim_order_copy`: layout-only copies.
-    pub const TRANSPARENT: u32 = 1 << 3;
-    pub const REDUCTION: u32 = 1 << 4;
-    pub const SLICE: u32 = 1 << 5;
-    pub const CAT: u32 = 1 << 6;
-    pub const TOSA_TABLE: u32 = 1 << 7;
-    pub const TOSA_RESCALE: u32 = 1 << 8;
-    pub const TOSA_SCATTER: u32 = 1 << 9;
-    /// Never fused by the duplicate-user / identical-input passes.
-    pub const EXCLUDED: u32 = 1 << 10;
-    pub const ALL: u32 = (1 << 11) - 1;
+    named_consts! { bits u32;
+        PERMUTE = 1 << 0;
+        VIEW = 1 << 1;
+        /// Has the `pointwise` op tag.
+        ELEMENTWISE = 1 << 2;
+        /// `_clone_dim_order`, `_to_dim_order_copy`: layout-only copies.
+        TRANSPARENT = 1 << 3;
+        REDUCTION = 1 << 4;
+        SLICE = 1 << 5;
+        CAT = 1 << 6;
+        TOSA_TABLE = 1 << 7;
+        TOSA_RESCALE = 1 << 8;
+        TOSA_SCATTER = 1 << 9;
+        /// Never fused by the duplicate-user / identical-input passes.
+        EXCLUDED = 1 << 10;
+    }
 }
 
 /// A table that failed validation: which field, and why.

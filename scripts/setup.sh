@@ -57,13 +57,15 @@ if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then
   step "install Vela (ethos-u-vela 5.2.0)" "$VENV/bin/pip" install "ethos-u-vela==5.2.0"
 fi
 
-# Build the extension in release mode and install the package editable into the venv.
+# Build the extension in release mode, with the test-only bindings (cargo feature `testing`; the
+# release wheel has none), and install the package editable into the venv.
 # maturin's binary must live in the venv (a base-interpreter copy is not found from here).
 if [ ! -x "$VENV/bin/maturin" ]; then
   step "install maturin into the venv" "$VENV/bin/pip" install --ignore-installed "maturin>=1.5,<2"
 fi
 step "build the native extension (maturin develop --release; minutes the first time)" \
-  env VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release
+  env VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release \
+  --features testing
 # The editable install does not carry the wheel-root arm_accel_hook.pth (transparent activation,
 # issue 5); put it next to the editable arm_accel.pth so the venv behaves like a wheel install.
 cp arm_accel_hook.pth "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"

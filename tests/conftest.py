@@ -11,8 +11,14 @@ import pytest
 # mispredicted value) raises instead of falling back silently. Tests that provoke a fallback on
 # purpose turn it off for themselves (the ``lenient`` fixture).
 os.environ.setdefault("ARM_ACCEL_STRICT", "1")
-from arm_accel import models
+from arm_accel import _native, models
 from arm_accel.devtools import capture
+
+if os.environ.get("ARM_ACCEL_REQUIRE_TESTING") == "1" and not _native.TESTING:
+    raise pytest.UsageError(
+        "ARM_ACCEL_REQUIRE_TESTING=1 but the extension lacks the test-only bindings: build it "
+        "with `maturin develop --release --features testing` (scripts/setup.sh does)"
+    )
 
 # CI-sized models whose lowerings the tests capture (INT and FP).
 CAPTURE_MODELS = ("dscnnkws", "resnet8", "llama1", "llama1-fp")

@@ -101,7 +101,7 @@ def test_native_kernels_are_deterministic(records) -> None:
         keys = np.arange(len(t1.target_class), dtype=np.int64)
         for call in (
             lambda t: _native.collect_chains(t, mask),
-            lambda t, keys=keys: (_native.duplicate_user_candidates(t, keys),),
+            lambda t, keys=keys: _native.user_signatures(t, keys),
             lambda t: (_native.constant_mask(t),),
         ):
             for x, y in zip(call(t1), call(t2), strict=True):

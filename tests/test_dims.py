@@ -1,4 +1,5 @@
-"""``_native.ViewMap`` / ``_native.PermuteMap`` (rust/dims.rs) against executorch's dim_maps.
+"""``_native.ViewMap`` / ``_native.PermuteMap`` (rust/propagate/dims.rs) against executorch's
+dim_maps.
 
 Hypothesis draws shapes of rank 1-6 (size-1 and zero dims included), view targets that are often
 valid refactorings of the source (with -1, singletons, and sometimes nonsense), and queries with
@@ -16,6 +17,9 @@ from arm_accel import _native
 from executorch.backends.transforms import dim_maps
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.native import needs_testing
+
+pytestmark = needs_testing
 
 RAISES = "raises"
 

@@ -29,17 +29,18 @@ from arm_accel.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
-    propagate,
     remove_permutes_around_elementwise,
-    scan_plan,
 )
 from arm_accel.passes.base import _stock_class
-from arm_accel.retrace import VirtualRetracer
+from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.pass_base import _ExportPassBase
+from support.native import needs_testing
+from support.scans import scans_per_run
 
 MODEL = "llama1"
-STAGES = propagate.STAGES
+STAGES = accelerated.STAGES
 PROPAGATION = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 #: Fusion pass -> the mixin every accelerated variant of it (Arm, transforms, Virtual) derives.
 FUSIONS: dict[str, type] = {
@@ -111,7 +112,7 @@ def _classes(record: capture.Captured) -> tuple[type, type]:
     """(stock, ours) Arm classes of a captured call."""
     name = record.pass_name
     if name in PROPAGATION:
-        return propagate._stock_class(getattr(propagate, name)), getattr(propagate, name)
+        return accelerated._stock_class(getattr(accelerated, name)), getattr(accelerated, name)
     return _stock_class(ACCELERATED[name]), ACCELERATED[name]
 
 
@@ -151,6 +152,8 @@ def _propagation_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
         return not name or direction in type(pass_).__name__
 
     if stage == "plan":  # a Rust panic in the planner
+        if not _native.TESTING:
+            pytest.skip(needs_testing.kwargs["reason"])
         original = _native.plan_propagation_run
 
         def planner(*args: Any) -> Any:
@@ -191,7 +194,7 @@ def _propagation_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
             raise InjectedFault("real re-trace")
         return result
 
-    mp.setattr(propagate._AcceleratedPropagation, "_retrace", real_retrace, raising=False)
+    mp.setattr(accelerated._AcceleratedPropagation, "_retrace", real_retrace, raising=False)
     return hits, "real re-trace failed: InjectedFault", (name,)
 
 
@@ -241,7 +244,7 @@ def _fusion_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
         return hits, "apply failed: InjectedFault", (name,)
     # The virtual re-trace a fusion ends with inside a propagation call: the propagation call
     # rolls back (the fusion's own fallback could not undo it).
-    set_tracker = propagate._VirtualRetraceBase._set_tracker
+    set_tracker = accelerated._VirtualRetraceBase._set_tracker
 
     def tracked(self: Any, tracker: VirtualRetracer, owner: str) -> None:
         if isinstance(self, mixin):
@@ -255,7 +258,7 @@ def _fusion_fault(mp: pytest.MonkeyPatch, stage: str, name: str) -> Fault:
             tracker.apply = failing  # type: ignore[method-assign]
         set_tracker(self, tracker, owner)
 
-    mp.setattr(propagate._VirtualRetraceBase, "_set_tracker", tracked)
+    mp.setattr(accelerated._VirtualRetraceBase, "_set_tracker", tracked)
     return hits, "virtual re-trace failed: InjectedFault", PROPAGATION
 
 
@@ -291,6 +294,7 @@ def _lower_accelerated(lowering: Lowering) -> list[bytes]:
     return models.tosa_bytes(models.lower(copy.deepcopy(lowering.exported), lowering.mode))
 
 
+@needs_testing
 def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     lowering: Lowering, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -312,9 +316,9 @@ def test_native_panic_in_a_whole_lowering_gives_stock_tosa(
     )
 
 
-@pytest.mark.parametrize("max_scans", [propagate.MAX_SCANS_PER_RUN, 2])
+@pytest.mark.parametrize("max_scans", [None, 2])
 def test_misprediction_rolls_back_and_runs_stock(
-    lowering: Lowering, max_scans: int, monkeypatch: pytest.MonkeyPatch
+    lowering: Lowering, max_scans: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The between-scan model's values are corrupted (dtype of its first value write) in every
     run: the check catches it -- at the closing re-trace of runs to the fixed point, and before
@@ -322,30 +326,34 @@ def test_misprediction_rolls_back_and_runs_stock(
     (graphs equal stock's), counted as ``misprediction``; strict, it raises."""
     import torch
 
-    monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
     hits: Counter[str] = Counter()
     mirror = scan_plan.mirror_retrace
 
     def corrupt(graph: Any, nodes: Any, between: Any) -> None:
         mirror(graph, nodes, between)
-        for i, _shape, _base in between[2][:1]:
-            node = nodes[i]
+        for write in between.shapes[:1]:
+            node = nodes[write.node]
             node.meta["val"] = node.meta["val"].to(torch.float64)
             hits["hit"] += 1
 
     monkeypatch.setattr(scan_plan, "mirror_retrace", corrupt)
     monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
     records = [r for n in PROPAGATION for r in lowering.inputs_of(n)]
-    _replay(lowering, records, hits)
+    with scans_per_run(max_scans):
+        _replay(lowering, records, hits)
     assert hits["hit"], "no run of the captured calls wrote a modelled value"
     assert _fallbacks("misprediction") > 0, counters.snapshot()
-    MATRIX[f"misprediction (max {max_scans} scans/run)", "propagation"] = (
+    MATRIX[f"misprediction (max {max_scans or 'all'} scans/run)", "propagation"] = (
         f"ok {_fallbacks('misprediction')}/{hits['hit']}"
     )
     # Strict: the first corrupted call raises.
     monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
     hits.clear()
-    with tosa_context(lowering.records), pytest.raises(propagate.Misprediction):
+    with (
+        scans_per_run(max_scans),
+        tosa_context(lowering.records),
+        pytest.raises(accelerated.Misprediction),
+    ):
         for record in records:
             as_class(record.pass_instance, _classes(record)[1]).call(record.fresh_graph())
 

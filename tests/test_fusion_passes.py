@@ -48,6 +48,7 @@ from executorch.backends.transforms.remove_permutes_around_elementwise_ops impor
 )
 from executorch.exir import EdgeCompileConfig, to_edge
 from executorch.exir.pass_base import _ExportPassBase
+from support.native import needs_testing
 from torch import fx
 
 
@@ -408,6 +409,7 @@ def test_collect_chains_declines_a_node_joining_two_chains() -> None:
         _native.collect_chains(fake, int(Cls.PERMUTE))
 
 
+@needs_testing
 def test_duplicate_user_candidates_rejects_malformed_input() -> None:
     t = _table()
     keys = np.arange(len(t.targets), dtype=np.int64)
@@ -463,6 +465,7 @@ def _chain_cls() -> Callable[[Any], int]:
     return canonicalize.chain_classifier(stock._VIEW_TARGET, stock._permute_targets)
 
 
+@needs_testing
 @pytest.mark.parametrize("seed", range(3))
 def test_light_table_matches_full_export_for_the_kernels(seed: int) -> None:
     from arm_accel.table import export_light

@@ -152,6 +152,24 @@ def test_no_torch_import_at_startup(wheel_venv: Path) -> None:
     assert out == ["False", "True"]
 
 
+def test_release_wheel_has_no_test_only_bindings(wheel_venv: Path) -> None:
+    """The wheel is built without the cargo feature ``testing``: none of the test-only bindings
+    is in its extension, and the extension says so."""
+    code = (
+        "from arm_accel import _native; print(_native.TESTING, [n for n in "
+        "('plan_propagation_scan', 'ViewMap', 'PermuteMap', 'duplicate_user_candidates', "
+        "'_test_panic') if hasattr(_native, n)], hasattr(_native, 'plan_propagation_run'))"
+    )
+    out = subprocess.run(
+        [str(wheel_venv / "bin" / "python"), "-c", code],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert out == ["False", "[]", "True"]
+
+
 def test_lowering_script_accelerated_and_identical(wheel_venv: Path, tmp_path: Path) -> None:
     on = _run(wheel_venv, tmp_path)
     off = _run(wheel_venv, tmp_path, ARM_ACCEL="0")

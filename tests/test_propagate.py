@@ -18,8 +18,8 @@ import pytest
 import torch
 from arm_accel import PassStats, Stats, activation, models, switch
 from arm_accel.devtools import capture
-from arm_accel.passes import propagate
-from arm_accel.retrace import count_retraces
+from arm_accel.passes.propagate import accelerated
+from arm_accel.passes.propagate.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
@@ -43,7 +43,7 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
         stock_instance = record.pass_instance
         # The activation hook may have swapped ours in: take the stock class explicitly.
         stock_cls = activation.stock_class(record.pass_name)
-        ours_cls = getattr(propagate, record.pass_name)
+        ours_cls = getattr(accelerated, record.pass_name)
         a, b = record.fresh_graph(), record.fresh_graph()
         with _tosa_context(stock_instance):
             with switch.disabled(), count_retraces() as stock_retraces:
@@ -68,7 +68,7 @@ def _lower(name: str, ours: bool) -> list[bytes]:
     previous = switch.set_enabled(ours)
     try:
         for n in PASS_NAMES:
-            setattr(apm, n, getattr(propagate, n) if ours else activation.stock_class(n))
+            setattr(apm, n, getattr(accelerated, n) if ours else activation.stock_class(n))
         model, inputs, mode = models.build(name)
         exported = models.export_for_arm(model, inputs, mode)
         return models.tosa_bytes(models.lower(exported, mode))
@@ -109,7 +109,7 @@ def test_keepdim_false_reduction_raises_like_stock() -> None:
     messages = []
     for cls in (
         arm_mod.PropagateViewCopyPermuteDownPass,
-        propagate.PropagateViewCopyPermuteDownPass,
+        accelerated.PropagateViewCopyPermuteDownPass,
     ):
         gm = _edge_graph(_MeanNoKeepdim(), (torch.randn(2, 3, 4),))
         with TosaLoweringContext(spec), pytest.raises(RuntimeError) as info:
@@ -128,7 +128,7 @@ class _DuplicateUsers(torch.nn.Module):
 def test_fusion_virtual_retrace_equals_export_pass_retrace() -> None:
     """A fusion ends with a bare ``ExportPass.call``: no DCE (dead nodes are re-created),
     every value recomputed, users in graph order. The virtual one must give the same graph."""
-    from arm_accel.retrace import VirtualRetracer
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
     from executorch.exir.dialects._ops import ops as exir_ops
 
@@ -148,8 +148,8 @@ def test_fusion_virtual_retrace_equals_export_pass_retrace() -> None:
     real = FuseDuplicateUsersPass().call(build())
     assert real.modified
     virtual_gm = build()
-    fusion = propagate._virtualized(FuseDuplicateUsersPass)()
-    assert isinstance(fusion, propagate._VirtualRetraceBase)
+    fusion = accelerated._virtualized(FuseDuplicateUsersPass)()
+    assert isinstance(fusion, accelerated._VirtualRetraceBase)
     fusion._arm_accel_tracker = VirtualRetracer(virtual_gm)
     try:
         virtual = fusion.call(virtual_gm)
@@ -200,7 +200,7 @@ def test_fusion_choice_survives_replaced_generic_classes(monkeypatch: pytest.Mon
     monkeypatch.setattr(
         generic,
         "PropagateViewCopyPermuteUpPass",
-        propagate.accelerate(generic.PropagateViewCopyPermuteUpPass),
+        accelerated.accelerate(generic.PropagateViewCopyPermuteUpPass),
     )
     stock = activation.stock_class("PropagateViewCopyPermuteUpPass")
     assert stock is arm_mod.PropagateViewCopyPermuteUpPass or issubclass(
@@ -208,7 +208,7 @@ def test_fusion_choice_survives_replaced_generic_classes(monkeypatch: pytest.Mon
     )
     with switch.disabled():
         ra = stock().call(_slice_permute_graph())
-    rb = propagate.PropagateViewCopyPermuteUpPass().call(_slice_permute_graph())
+    rb = accelerated.PropagateViewCopyPermuteUpPass().call(_slice_permute_graph())
     assert ra.modified == rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
 
@@ -222,7 +222,7 @@ def test_stale_input_values_are_refreshed_by_the_first_retrace() -> None:
     """A real re-trace refreshes every value, an incremental one only what is downstream of
     an edit: the first re-trace of a call recomputes every value (``full``), so a stale value
     in the input is refreshed where stock's first real re-trace refreshes it."""
-    from arm_accel.retrace import VirtualRetracer
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
     from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
     from executorch.exir.pass_base import ExportPass
@@ -246,7 +246,7 @@ def test_stale_input_values_are_refreshed_by_the_first_retrace() -> None:
     with TosaLoweringContext(spec):
         with switch.disabled():
             ra = arm_mod.PropagateViewCopyPermuteUpPass().call(build())
-        rb = propagate.PropagateViewCopyPermuteUpPass().call(build())
+        rb = accelerated.PropagateViewCopyPermuteUpPass().call(build())
     assert ra.modified == rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
 
@@ -323,10 +323,10 @@ def test_fusion_tracker_is_per_thread() -> None:
     at once must not apply each other's virtual re-traces)."""
     import threading
 
-    from arm_accel.retrace import VirtualRetracer
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
 
-    fusion = propagate._virtualized(FuseDuplicateUsersPass)()
+    fusion = accelerated._virtualized(FuseDuplicateUsersPass)()
     gm = _edge_graph(_DuplicateUsers(), (torch.randn(2, 3, 4),))
     fusion._set_tracker(VirtualRetracer(gm), "owner")
     seen: list[object] = []
@@ -353,16 +353,16 @@ def test_in_loop_fusions_run_accelerated(name: str) -> None:
     }[name]
     expected = (horizontal, "transforms.CanonicalizeViewCopyPermutePass")
 
-    def accelerated(snapshot: Stats, n: str) -> int:
+    def accelerated_runs(snapshot: Stats, n: str) -> int:
         return snapshot.get(n, PassStats()).accelerated
 
     inputs = (torch.randn(2, 3, 4),)
     with switch.disabled():
         ra = activation.stock_class(name)().call(_edge_graph(_DuplicateUsers(), inputs))
     before = counters.snapshot()
-    rb = getattr(propagate, name)().call(_edge_graph(_DuplicateUsers(), inputs))
+    rb = getattr(accelerated, name)().call(_edge_graph(_DuplicateUsers(), inputs))
     after = counters.snapshot()
     assert ra.modified == rb.modified
     assert_graphs_equal(ra.graph_module, rb.graph_module)
     for n in expected:
-        assert accelerated(after, n) > accelerated(before, n), n
+        assert accelerated_runs(after, n) > accelerated_runs(before, n), n

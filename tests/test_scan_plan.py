@@ -1,7 +1,7 @@
-"""The native one-scan propagation planner (``rust/propagate.rs``, ``passes/scan_plan.py``).
+"""The native one-scan propagation planner (``rust/propagate/``, ``passes/propagate/scan_plan.py``).
 
 Every scan the planner answers is compared with stock's own walk run on a deep copy of the same
-graph (``benches/scan_coverage.checked_scans``: ``assert_graphs_equal`` plus users order), on
+graph (``support.scans.checked_scans``: ``assert_graphs_equal`` plus users order), on
 captured lowerings and on hand-built graphs that put each rule in play. Declines are checked
 to leave the graph untouched and to be counted with their reason.
 """
@@ -9,9 +9,7 @@ to leave the graph untouched and to be counted with their reason.
 from __future__ import annotations
 
 import copy
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,16 +17,15 @@ import pytest
 import torch
 from arm_accel import PassStats, _native, counters, switch
 from arm_accel.devtools import capture
-from arm_accel.passes import propagate, scan_plan
+from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
+from support.native import needs_testing
+from support.scans import PASS_NAMES, assert_users_equal, checked_scans, replay, scans_per_run
 from torch import fx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
-from scan_coverage import PASS_NAMES, assert_users_equal, checked_scans, replay  # noqa: E402
-
-Down = propagate.PropagateViewCopyPermuteDownPass
-Up = propagate.PropagateViewCopyPermuteUpPass
+Down = accelerated.PropagateViewCopyPermuteDownPass
+Up = accelerated.PropagateViewCopyPermuteUpPass
 edge = exir_ops.edge.aten
 
 
@@ -72,7 +69,7 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     run equal to stock's scans with real re-traces between (graphs, values, users order); the
     closing re-traces find no value the model got wrong; fewer virtual re-traces run than with
     one scan per run."""
-    from arm_accel.retrace import VirtualRetracer
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
     from conftest import captured_lowering
 
     records, _ = captured_lowering(name)
@@ -84,18 +81,18 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     assert not [k for k in counts if k.startswith("declined")], counts
     assert _mismatches() == before
 
-    applied = Counter[int]()
+    applied = Counter[int | None]()
     original = VirtualRetracer.apply
+    for max_scans in (1, None):
 
-    def apply(self: VirtualRetracer, **kwargs: Any) -> int:
-        applied[propagate.MAX_SCANS_PER_RUN] += 1
-        return original(self, **kwargs)
+        def apply(self: VirtualRetracer, limit: int | None = max_scans, **kwargs: Any) -> int:
+            applied[limit] += 1
+            return original(self, **kwargs)
 
-    monkeypatch.setattr(VirtualRetracer, "apply", apply)
-    for max_scans in (1, 1 << 16):
-        monkeypatch.setattr(propagate, "MAX_SCANS_PER_RUN", max_scans)
-        replay(records)
-    assert applied[1 << 16] < applied[1], applied
+        monkeypatch.setattr(VirtualRetracer, "apply", apply)
+        with scans_per_run(max_scans):
+            replay(records)
+    assert applied[None] < applied[1], applied
 
 
 # -- hand-built graphs -----------------------------------------------------------------------
@@ -356,7 +353,7 @@ def test_generic_configuration_swaps_sum_where_tosa_does_not() -> None:
     """The backend-neutral passes count sum.dim_IntList as a reduction, the TOSA ones do not."""
     from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 
-    generic_down = propagate.accelerate(generic.PropagateViewCopyPermuteDownPass)
+    generic_down = accelerated.accelerate(generic.PropagateViewCopyPermuteDownPass)
     assert scan_plan.scan_config(generic_down()) == ("down", False)
     key, _ = _one_scan(generic_down(), _permute_sum())
     assert key == "native"
@@ -398,7 +395,7 @@ def test_a_wrong_plan_is_caught() -> None:
     original = scan_plan.apply_edits
 
     def drop_moves(pass_: Any, nodes: Any, edits: Any) -> None:
-        original(pass_, nodes, [e for e in edits if e[0] != "move"])
+        original(pass_, nodes, [e for e in edits if not isinstance(e, _native.MoveEdit)])
 
     scan_plan.apply_edits = drop_moves
     try:
@@ -416,16 +413,6 @@ def test_overriding_a_rule_declines_every_scan() -> None:
     with _tosa():
         key, _ = _one_scan(Custom(), _permute_relu())
     assert key == "declined: pass overrides a propagation rule"
-
-
-def test_disabled_planner_runs_the_python_walk() -> None:
-    previous = scan_plan.ENABLED
-    scan_plan.ENABLED = False
-    try:
-        with _tosa():
-            assert scan_plan.run_scan(Down(), _permute_relu(), "x") is None
-    finally:
-        scan_plan.ENABLED = previous
 
 
 def test_whole_calls_equal_stock_on_hand_built_graphs() -> None:
@@ -447,7 +434,7 @@ def test_whole_calls_equal_stock_on_hand_built_graphs() -> None:
                 if ours:
                     counts: Counter[str] = Counter()
                     with checked_scans(counts):
-                        results.append(getattr(propagate, cls_name)().call(gm))
+                        results.append(getattr(accelerated, cls_name)().call(gm))
                     assert counts["native"] >= 1, counts
                 else:
                     with switch.disabled():
@@ -467,12 +454,17 @@ def _inputs() -> tuple[Any, ...]:
     return exported
 
 
+@needs_testing
 def test_binding_answers_a_valid_input() -> None:
     table, extra, special, form = _inputs()
     answer = _native.plan_propagation_scan(table, extra, special, form, "down", True)
-    assert answer == ("plan", True, [("move", 1, 2, 1)])
+    assert isinstance(answer, _native.ScanPlan) and answer.modified
+    (move,) = answer.edits
+    assert isinstance(move, _native.MoveEdit)
+    assert (move.node, move.frontier, move.previous_frontier) == (1, 2, 1)
 
 
+@needs_testing
 @pytest.mark.parametrize(
     ("field", "corrupt", "message"),
     [
@@ -502,6 +494,7 @@ def test_malformed_input_is_a_value_error(field: str, corrupt: Any, message: str
         )
 
 
+@needs_testing
 def test_bad_direction_is_a_value_error() -> None:
     table, extra, special, form = _inputs()
     with pytest.raises(ValueError, match="direction"):
@@ -526,7 +519,7 @@ def _call_falls_back(reason: str) -> None:
     counted as one fallback with ``reason``; strict, it raises."""
     stock_gm, ours_gm, strict_gm = _fake_permute_relu(), _fake_permute_relu(), _fake_permute_relu()
     with _tosa():
-        expected = propagate._StockDown().call(stock_gm)
+        expected = accelerated._StockDown().call(stock_gm)
         counters.reset()
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("ARM_ACCEL_STRICT", "0")
@@ -575,6 +568,7 @@ def test_exporter_error_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> 
     _call_falls_back("plan failed: RuntimeError")
 
 
+@needs_testing
 def test_native_panic_falls_back_to_stock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Rust panic in the planner reaches Python as ``NativePanic`` (an ``Exception``, not
     pyo3's ``BaseException``) naming the kernel; the call rolls back and runs stock."""
@@ -604,7 +598,7 @@ def test_retrace_column_marks_impure_nodes_and_kept_values() -> None:
     assert not isinstance(exported, str)
     bits = scan_plan.retrace_column(exported[0], scan_plan.ScanCache())
     by_name = {n.name: int(b) for n, b in zip(exported[0].nodes, bits, strict=True)}
-    impure, keeps = scan_plan.RETRACE_IMPURE, scan_plan.RETRACE_KEEPS_VALUE
+    impure, keeps = scan_plan.Retrace.IMPURE, scan_plan.Retrace.KEEPS_VALUE
     assert by_name == {
         x.name: impure,
         p.name: 0,

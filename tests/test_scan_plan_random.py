@@ -12,20 +12,16 @@ scans modelled in Rust), checked the same way against stock's scans with ``refre
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from arm_accel.passes import propagate, scan_plan
+from arm_accel.passes.propagate import accelerated, scan_plan
 from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 from executorch.exir.dialects._ops import ops as exir_ops
+from support.scans import checked_scans
 from torch import fx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
-from scan_coverage import checked_scans  # noqa: E402
 
 edge = exir_ops.edge.aten
 UNARY = (edge.relu.default, edge.neg.default, edge.abs.default)
@@ -128,10 +124,10 @@ def refresh(gm: fx.GraphModule) -> None:
 
 def _passes() -> list[Any]:
     return [
-        propagate.PropagateViewCopyPermuteDownPass,
-        propagate.PropagateViewCopyPermuteUpPass,
-        propagate.accelerate(generic.PropagateViewCopyPermuteDownPass),
-        propagate.accelerate(generic.PropagateViewCopyPermuteUpPass),
+        accelerated.PropagateViewCopyPermuteDownPass,
+        accelerated.PropagateViewCopyPermuteUpPass,
+        accelerated.accelerate(generic.PropagateViewCopyPermuteDownPass),
+        accelerated.accelerate(generic.PropagateViewCopyPermuteUpPass),
     ]
 
 
@@ -160,7 +156,7 @@ def test_random_graphs(chunk: int) -> None:
                     refresh(gm)
     print(dict(counts))
     assert counts["native"] > 100, counts
-    assert counts["edit: move"] > 0 and counts["edit: args"] > 0, counts
+    assert counts["edit: MoveEdit"] > 0 and counts["edit: ArgsEdit"] > 0, counts
 
 
 def _refreshed(_pass: Any, gm: fx.GraphModule) -> fx.GraphModule:

@@ -69,7 +69,7 @@ def pytest_configure(config: object) -> None:
     import executorch.backends.arm._passes.propagate_view_copy_permute_pass as arm_mod
     import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
     from arm_accel import switch
-    from arm_accel.passes import propagate
+    from arm_accel.passes.propagate import accelerated
 
     # Run with ARM_ACCEL=0 so the activation hook swaps nothing else in; turn the switch on
     # for our two classes.
@@ -77,8 +77,8 @@ def pytest_configure(config: object) -> None:
     differential = os.environ.get("ARM_ACCEL_DIFFERENTIAL", "1") != "0"
 
     for name in ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass"):
-        ours = getattr(propagate, name)
-        generic_ours = propagate.accelerate(getattr(generic, name))
+        ours = getattr(accelerated, name)
+        generic_ours = accelerated.accelerate(getattr(generic, name))
         if differential:
             ours = type(name, (ours,), {})  # wrap a subclass, leave propagate's class alone
             _differential(ours)

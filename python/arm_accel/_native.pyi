@@ -1,4 +1,4 @@
-"""Typed stub of the native module built from ``rust/python.rs``."""
+"""Typed stub of the native module built from ``rust/bindings/``."""
 
 from collections.abc import Sequence
 from typing import Protocol
@@ -7,6 +7,12 @@ import numpy as np
 import numpy.typing as npt
 
 __version__: str
+#: Whether the test-only bindings are in (cargo feature ``testing``; marked "Test-only" below).
+TESTING: bool
+#: Every constant Python shares with Rust, ``{group: {name: value}}`` (groups ``op``, ``flag``,
+#: ``class``, ``form``, ``extra``, ``retrace``, ``special``): the enums of ``arm_accel.table`` and
+#: ``passes.propagate.scan_plan`` take their values from here.
+CONSTANTS: dict[str, dict[str, int]]
 
 class _Table(Protocol):
     op: npt.NDArray[np.uint8]
@@ -43,7 +49,8 @@ def collect_chains(
 def duplicate_user_candidates(
     table: _Table, group_key: npt.NDArray[np.int64]
 ) -> npt.NDArray[np.int64]:
-    """Producers (graph order) with two or more call_function users sharing a group key.
+    """Test-only. Producers (graph order) with two or more call_function users sharing a group
+    key.
 
     ``group_key`` has one int64 per target code; negative keys mark targets never fused.
     """
@@ -63,9 +70,10 @@ def user_signatures(
 def constant_mask(table: _Table) -> npt.NDArray[np.bool_]:
     """Per-node constant membership from the table's CONSTANT flags."""
 
-# rust/dims.rs (bindings in rust/py_propagate.rs): dim_maps' ViewMap / PermuteMap over concrete
-# dims. Where dim_maps returns None these return None; where it raises they raise ValueError
-# (as they do for malformed input and for products that overflow int64).
+# rust/propagate/dims.rs (bindings in rust/bindings/dims.rs): dim_maps' ViewMap / PermuteMap
+# over concrete dims, test-only (the planner uses them inside Rust). Where dim_maps returns None
+# these return None; where it raises they raise ValueError (as they do for malformed input and
+# for products that overflow int64).
 _Dims = int | Sequence[int]
 
 class ViewMap:
@@ -105,15 +113,91 @@ class PermuteMap:
     def map_dims(self, dims: _Dims) -> list[int]: ...
     def map_dims_inverse(self, dims: _Dims) -> list[int]: ...
 
-# rust/propagate.rs (binding in rust/py_scan_plan.rs): one PropagateViewCopyPermute scan.
+# rust/propagate/ (bindings in rust/bindings/propagate.rs): PropagateViewCopyPermute scans. The
+# plan crosses as frozen objects, one class per edit form. Node ids are table positions; nodes an
+# edit creates get the ids after the table's, in creation order.
 _ArgValue = int | list[int]
-_ForkBranch = tuple[int, list[int], tuple[int, list[_ArgValue]] | None, int]
-_Edit = (
-    tuple[str, int, int, list[_ArgValue]]  # ("args", node, pos, values)
-    | tuple[str, int, int, int]  # ("move", node, frontier, previous_frontier)
-    | tuple[str, int, int, list[int]]  # ("cat", node, cat, created)
-    | tuple[str, int, int, int, list[_ForkBranch]]  # ("fork", node, frontier, producer, ...)
-)
+
+class ArgsEdit:
+    """``node.args = (*args[:pos], *values, *args[pos + len(values):])``."""
+
+    node: int
+    pos: int
+    values: list[_ArgValue]
+
+class MoveEdit:
+    """Stock's ``_move_node(node, frontier, previous_frontier)``."""
+
+    node: int
+    frontier: int
+    previous_frontier: int
+
+class CatFanoutEdit:
+    """Stock's ``_maybe_split_upwards_cat_fanout(node, cat)``, creating ``created``."""
+
+    node: int
+    cat: int
+    created: list[int]
+
+class ForkBranch:
+    """One branch of a fork split; ``arg_update`` the next node's ``(pos, values)`` or None;
+    ``created`` the transform the split creates after it."""
+
+    next_node: int
+    source_shape: list[int]
+    arg_update: tuple[int, list[_ArgValue]] | None
+    created: int
+
+class ForkSplitEdit:
+    """Stock's ``_apply_fork_split(node, frontier, producer, branches)``."""
+
+    node: int
+    frontier: int
+    producer: int
+    branches: list[ForkBranch]
+
+Edit = ArgsEdit | MoveEdit | CatFanoutEdit | ForkSplitEdit
+
+class ShapeWrite:
+    """The modelled re-trace gives ``node`` ``base``'s value ``.new_empty(shape)``."""
+
+    node: int
+    shape: list[int]
+    base: int
+
+class Between:
+    """Stock's re-trace between two scans, modelled: erase ``dead`` in order, set each
+    ``(node, users)`` dict to that order, apply ``shapes``."""
+
+    dead: list[int]
+    users: list[tuple[int, list[int]]]
+    shapes: list[ShapeWrite]
+
+class ScanStep:
+    """One scan of a run: stock's ``modified``, its edits, the re-trace after it (None on the
+    run's last scan)."""
+
+    modified: bool
+    edits: list[Edit]
+    after: Between | None
+
+class RunPlan:
+    """``fixed_point``: the last scan modified nothing; otherwise re-trace before planning on."""
+
+    scans: list[ScanStep]
+    fixed_point: bool
+
+class ScanPlan:
+    """Test-only: one scan planned on its own."""
+
+    modified: bool
+    edits: list[Edit]
+
+class Decline:
+    """The first scan cannot be decided exactly: ``reason`` a stable category, at ``node``."""
+
+    reason: str
+    node: int | None
 
 def plan_propagation_scan(
     table: _Table,
@@ -122,26 +206,15 @@ def plan_propagation_scan(
     form: npt.NDArray[np.uint32],
     direction: str,
     tosa: bool,
-) -> tuple[str, bool, list[_Edit]] | tuple[str, str, int | None]:
-    """Plan one stock propagation scan over ``table``.
+) -> ScanPlan | Decline:
+    """Test-only. Plan one stock propagation scan over ``table``.
 
     ``target_extra`` (uint32 per target code), ``special`` (int32 per node: 0 none, 1 INT48,
     other positive codes for other special dtypes) and ``form`` (uint32 argument-form bits per
-    node) are the planner's columns (``arm_accel.passes.scan_plan``); ``direction`` is
-    ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Returns
-    ``("plan", modified, edits)`` with edits ``("args", node, pos, values)`` (``node.args =
-    (*args[:pos], *values, *args[pos + len(values):])``), ``("move", node, frontier,
-    previous_frontier)`` (stock's ``_move_node``), ``("cat", node, cat, created)`` (stock's
-    ``_maybe_split_upwards_cat_fanout``) and ``("fork", node, frontier, producer, branches)``
-    (stock's ``_apply_fork_split``; a branch is ``(next_node, source_shape, arg_update,
-    created)``, ``arg_update`` the next node's ``(pos, values)`` or None). Nodes an edit
-    creates get the ids after the table's, in creation order. Or ``("decline", reason,
-    node)``. Raises ValueError naming the field on malformed input.
+    node) are the planner's columns (``arm_accel.passes.propagate.scan_plan``); ``direction`` is
+    ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Raises ValueError naming the
+    field on malformed input.
     """
-
-# The re-trace between two scans of a run, modelled: (dead, users, shape writes).
-_Between = tuple[list[int], list[tuple[int, list[int]]], list[tuple[int, list[int], int]]]
-_ScanStep = tuple[bool, list[_Edit], _Between | None]
 
 def plan_propagation_run(
     table: _Table,
@@ -152,18 +225,13 @@ def plan_propagation_run(
     direction: str,
     tosa: bool,
     max_scans: int,
-) -> tuple[str, list[_ScanStep], bool] | tuple[str, str, int | None]:
+) -> RunPlan | Decline:
     """Plan up to ``max_scans`` consecutive stock scans, modelling stock's re-trace between
     them (the DCE, users in graph order, recomputed shapes).
 
-    Columns as ``plan_propagation_scan`` plus ``retrace`` (uint8 per node: bit 0 impure for
-    fx's DCE, bit 1 a value ``ArmPass`` keeps). Returns ``("plan", scans, fixed_point)``: per
-    scan ``(modified, edits, between)``, where ``between`` (None on the run's last scan) is
-    ``(dead, users, shapes)`` to mirror before the next scan's edits: erase ``dead`` in order,
-    set each ``(node, users)`` dict to that order, and give each ``(node, shape, base)`` the
-    value ``base``'s value ``.new_empty(shape)``. ``fixed_point``: the last scan modified
-    nothing; otherwise re-trace before planning on. A first scan that cannot be decided is
-    ``("decline", reason, node)``. Raises ValueError on malformed input or ``max_scans < 1``.
+    Columns as ``plan_propagation_scan`` plus ``retrace`` (uint8 per node: ``Retrace`` bits,
+    impure for fx's DCE, a value ``ArmPass`` keeps). A first scan that cannot be decided is a
+    ``Decline``. Raises ValueError on malformed input or ``max_scans < 1``.
     """
 
 class NativePanic(RuntimeError):

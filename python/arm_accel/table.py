@@ -2,7 +2,9 @@
 
 Node ids are positions in graph order. Target classes are decided once per distinct target
 (``classify``) with executorch's own predicates, so the Rust side only ever sees bits.
-The column names, dtypes and bit values mirror ``rust/table.rs``; keep the two in step.
+The column names and dtypes mirror ``rust/table.rs``; the op codes and bit values come from it
+(``_native.CONSTANTS``), and ``tests/test_constants.py`` checks every Rust constant has its
+name here.
 """
 
 from __future__ import annotations
@@ -19,8 +21,25 @@ import numpy as np
 import torch
 from torch import fx
 
-OP_KINDS = ("placeholder", "call_function", "get_attr", "output", "call_module", "call_method")
-_OP_CODE = {name: code for code, name in enumerate(OP_KINDS)}
+from arm_accel._native import CONSTANTS
+
+_OP, _FLAG, _CLASS = CONSTANTS["op"], CONSTANTS["flag"], CONSTANTS["class"]
+
+
+class Op(enum.IntEnum):
+    """fx op kinds (``op`` column); values from ``table::op``."""
+
+    PLACEHOLDER = _OP["PLACEHOLDER"]
+    CALL_FUNCTION = _OP["CALL_FUNCTION"]
+    GET_ATTR = _OP["GET_ATTR"]
+    OUTPUT = _OP["OUTPUT"]
+    CALL_MODULE = _OP["CALL_MODULE"]
+    CALL_METHOD = _OP["CALL_METHOD"]
+
+
+#: fx op names by code (the codes are 0..n-1).
+OP_KINDS = tuple(op.name.lower() for op in sorted(Op))
+_OP_CODE = {op.name.lower(): int(op) for op in Op}
 
 # dtype codes; -1 means no tensor value or a dtype outside this list.
 DTYPES = (
@@ -39,30 +58,30 @@ _DTYPE_CODE = {dt: code for code, dt in enumerate(DTYPES)}
 
 
 class Flag(enum.IntFlag):
-    """Per-node flag bits (``flags`` column); mirrors ``table::flag``."""
+    """Per-node flag bits (``flags`` column); values from ``table::flag``."""
 
-    CONSTANT = 1 << 0
-    SYMBOLIC = 1 << 1
-    INT48 = 1 << 2
-    NON_TENSOR = 1 << 3
-    OPAQUE_ARGS = 1 << 4
-    FEEDS_OUTPUT = 1 << 5
+    CONSTANT = _FLAG["CONSTANT"]
+    SYMBOLIC = _FLAG["SYMBOLIC"]
+    INT48 = _FLAG["INT48"]
+    NON_TENSOR = _FLAG["NON_TENSOR"]
+    OPAQUE_ARGS = _FLAG["OPAQUE_ARGS"]
+    FEEDS_OUTPUT = _FLAG["FEEDS_OUTPUT"]
 
 
 class Cls(enum.IntFlag):
-    """Per-target class bits (``target_class`` column); mirrors ``table::class``."""
+    """Per-target class bits (``target_class`` column); values from ``table::class``."""
 
-    PERMUTE = 1 << 0
-    VIEW = 1 << 1
-    ELEMENTWISE = 1 << 2
-    TRANSPARENT = 1 << 3
-    REDUCTION = 1 << 4
-    SLICE = 1 << 5
-    CAT = 1 << 6
-    TOSA_TABLE = 1 << 7
-    TOSA_RESCALE = 1 << 8
-    TOSA_SCATTER = 1 << 9
-    EXCLUDED = 1 << 10
+    PERMUTE = _CLASS["PERMUTE"]
+    VIEW = _CLASS["VIEW"]
+    ELEMENTWISE = _CLASS["ELEMENTWISE"]
+    TRANSPARENT = _CLASS["TRANSPARENT"]
+    REDUCTION = _CLASS["REDUCTION"]
+    SLICE = _CLASS["SLICE"]
+    CAT = _CLASS["CAT"]
+    TOSA_TABLE = _CLASS["TOSA_TABLE"]
+    TOSA_RESCALE = _CLASS["TOSA_RESCALE"]
+    TOSA_SCATTER = _CLASS["TOSA_SCATTER"]
+    EXCLUDED = _CLASS["EXCLUDED"]
 
 
 def _edge_targets() -> dict[str, Any]:
@@ -379,10 +398,6 @@ def fx_counts(
         "opaque_args": sum(map(opaque, nodes)),
         "feeds_output": sum(any(u.op == "output" for u in n.users) for n in nodes),
     }
-
-
-def shapes_equal(a: Sequence[int], b: Sequence[int]) -> bool:
-    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
 
 
 # -- light export ----------------------------------------------------------------------------

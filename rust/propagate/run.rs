@@ -5,23 +5,24 @@
 //! the next scan reads of that is modelled here on the same [`Model`] the scan edited: the
 //! DCE (fx's reverse sweep over non-impure nodes without users), users in graph order, and
 //! the shapes of the nodes a re-trace would recompute (edited nodes and nodes downstream of a
-//! changed shape, see [`crate::shapes`]). Each scan's [`Between`] tells Python what to mirror
+//! changed shape, see [`super::shapes`]). Each scan's [`Between`] tells Python what to mirror
 //! on the fx graph before applying the next scan's edits. Where a shape is not modelled (an
 //! op outside the moved-through classes, a cat, a non-tensor value, an `ArmPass` special
 //! value) the run stops after that scan and Python re-traces, as it would for one scan.
 
+use super::shapes;
 use super::{class, form, op, Config, Decline, Edit, Model, ScanInput, NIL};
-use crate::shapes;
 use crate::table::TableError;
 
 /// Per-node bits of the `retrace` column.
 pub mod retrace {
-    /// `node.is_impure()`: fx's DCE keeps it without users.
-    pub const IMPURE: u8 = 1 << 0;
-    /// `ArmPass.call_operator` keeps the old value's shape (a quantized op without a fake
-    /// kernel): its value after a re-trace is not modelled.
-    pub const KEEPS_VALUE: u8 = 1 << 1;
-    pub const ALL: u8 = (1 << 2) - 1;
+    named_consts! { bits u8;
+        /// `node.is_impure()`: fx's DCE keeps it without users.
+        IMPURE = 1 << 0;
+        /// `ArmPass.call_operator` keeps the old value's shape (a quantized op without a fake
+        /// kernel): its value after a re-trace is not modelled.
+        KEEPS_VALUE = 1 << 1;
+    }
 }
 
 /// A scan input plus what the between-scan model needs.

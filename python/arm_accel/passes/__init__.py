@@ -23,8 +23,8 @@ REGISTRY["FuseIdenticalInputTransformsPass"] = (
 
 # Issue 4: view/permute propagation with virtual re-traces between scans.
 REGISTRY["PropagateViewCopyPermuteDownPass"] = (
-    "arm_accel.passes.propagate:PropagateViewCopyPermuteDownPass"
+    "arm_accel.passes.propagate.accelerated:PropagateViewCopyPermuteDownPass"
 )
 REGISTRY["PropagateViewCopyPermuteUpPass"] = (
-    "arm_accel.passes.propagate:PropagateViewCopyPermuteUpPass"
+    "arm_accel.passes.propagate.accelerated:PropagateViewCopyPermuteUpPass"
 )

@@ -1,4 +1,4 @@
-"""Propagation scans decided in Rust (``rust/propagate.rs``), applied here with stock's edits.
+"""Propagation scans decided in Rust (``rust/propagate/``), applied here with stock's edits.
 
 Stock's scan is ``for node in graph order: skip stale; if target in _targets and has users:
 _propagate(node, stale)``, and after every modifying scan a re-trace. ``run_scans`` exports the
@@ -53,30 +53,41 @@ class PlanMismatch(RuntimeError):
     the graph is half-edited, the propagation call rolls it back and runs stock."""
 
 
-#: Plan scans natively; False runs stock's walk for every scan (for benchmarks and tests).
-ENABLED = True
+_FORM, _EXTRA = _native.CONSTANTS["form"], _native.CONSTANTS["extra"]
+_RETRACE, _SPECIAL = _native.CONSTANTS["retrace"], _native.CONSTANTS["special"]
 
 
 class Form(enum.IntFlag):
-    """Per-node argument-form bits; mirrors ``propagate::form``."""
+    """Per-node argument-form bits; values from ``propagate::form``."""
 
-    EXACT = 1 << 0
-    DIM_SCALAR = 1 << 1
-    KEEPDIM_POSITIONAL_TRUE = 1 << 2
-    RESCALE_PER_TENSOR_ARGS = 1 << 3
-    ARG1_TUPLE = 1 << 4
+    EXACT = _FORM["EXACT"]
+    DIM_SCALAR = _FORM["DIM_SCALAR"]
+    KEEPDIM_POSITIONAL_TRUE = _FORM["KEEPDIM_POSITIONAL_TRUE"]
+    RESCALE_PER_TENSOR_ARGS = _FORM["RESCALE_PER_TENSOR_ARGS"]
+    ARG1_TUPLE = _FORM["ARG1_TUPLE"]
 
 
 class Extra(enum.IntFlag):
-    """Per-target planner bits; mirrors ``propagate::extra``."""
+    """Per-target planner bits; values from ``propagate::extra``."""
 
-    SCAN_TARGET = 1 << 0
-    VIEW_COPY = 1 << 1
-    ARG_UPDATE = 1 << 2
-    PERMUTE_TARGET = 1 << 3
+    SCAN_TARGET = _EXTRA["SCAN_TARGET"]
+    VIEW_COPY = _EXTRA["VIEW_COPY"]
+    ARG_UPDATE = _EXTRA["ARG_UPDATE"]
+    PERMUTE_TARGET = _EXTRA["PERMUTE_TARGET"]
 
 
-SPECIAL_INT48 = 1
+class Retrace(enum.IntFlag):
+    """``retrace`` column bits; values from ``propagate::retrace``."""
+
+    IMPURE = _RETRACE["IMPURE"]
+    KEEPS_VALUE = _RETRACE["KEEPS_VALUE"]
+
+
+class Special(enum.IntEnum):
+    """``special`` column codes (0: none, codes past these: other special dtypes); values from
+    ``propagate::special``."""
+
+    INT48 = _SPECIAL["INT48"]
 
 # The methods whose behaviour the planner reproduces: a pass resolving any of them elsewhere
 # than the reference stock class is not planned.
@@ -330,7 +341,7 @@ def export_scan_input(
     key, int48 = _special_key()
     special_vals = list(map(operator.methodcaller("get", key), metas))
     special = np.zeros(n, dtype=np.int32)
-    codes: dict[Any, int] = {int48: SPECIAL_INT48}
+    codes: dict[Any, int] = {int48: int(Special.INT48)}
     marked = np.fromiter(map(operator.is_not, special_vals, itertools.repeat(None)), bool, n)
     for i in np.flatnonzero(marked).tolist():
         value = special_vals[i]
@@ -338,7 +349,7 @@ def export_scan_input(
         if code is None:
             code = codes[value] = len(codes) + 1
         special[i] = code
-    flags[special == SPECIAL_INT48] |= np.uint32(Flag.INT48)
+    flags[special == int(Special.INT48)] |= np.uint32(Flag.INT48)
 
     # Integer args and forms, for the nodes whose class has them; reused from the previous scan
     # of this graph while the node's args and kwargs are the same objects.
@@ -371,59 +382,64 @@ def export_scan_input(
     return table, extra, special, form
 
 
-def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[tuple[Any, ...]]) -> None:
+def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[_native.Edit]) -> None:
     """Apply a planned scan's edits in order, as stock makes them."""
     for edit in edits:
-        if edit[0] == "args":
-            _, i, pos, values = edit
-            node = nodes[i]
-            args = node.args
+        kind = type(edit)
+        if kind is _native.ArgsEdit:
+            node = nodes[edit.node]
+            args, pos, values = node.args, edit.pos, edit.values
             node.args = (*args[:pos], *values, *args[pos + len(values) :])
-        elif edit[0] == "cat":
-            _, i, cat, created = edit
-            if not pass_._maybe_split_upwards_cat_fanout(nodes[i], nodes[cat]):
+        elif kind is _native.MoveEdit:
+            pass_._move_node(
+                nodes[edit.node], nodes[edit.frontier], nodes[edit.previous_frontier]
+            )
+        elif kind is _native.CatFanoutEdit:
+            cat, created = nodes[edit.cat], edit.created
+            if not pass_._maybe_split_upwards_cat_fanout(nodes[edit.node], cat):
                 raise PlanMismatch("planned cat fan-out did not apply")
-            new_inputs = nodes[cat].args[0]
+            new_inputs = cat.args[0]
             if len(new_inputs) != len(created) or created[:1] != [len(nodes)]:
                 raise PlanMismatch("cat fan-out created other nodes than planned")
             nodes.extend(new_inputs)
-        elif edit[0] == "move":
-            _, i, frontier, previous = edit
-            pass_._move_node(nodes[i], nodes[frontier], nodes[previous])
-        else:
+        elif kind is _native.ForkSplitEdit:
             _apply_fork_split(pass_, nodes, edit)
+        else:
+            raise PlanMismatch(f"unknown edit {edit!r}")
 
 
-def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: tuple[Any, ...]) -> None:
+def _apply_fork_split(pass_: Any, nodes: list[fx.Node], edit: _native.ForkSplitEdit) -> None:
     """Stock's ``_apply_fork_split`` with the plan rebuilt as stock's ``_plan_fork_split``
     returns it; the transforms it creates (one right after each branch) get the next ids."""
-    _, i, frontier, producer, branches = edit
-    node = nodes[i]
+    node = nodes[edit.node]
+    branches = edit.branches
     splits = []
-    for next_id, source_shape, update, _created in branches:
-        next_node = nodes[next_id]
+    for branch in branches:
+        next_node = nodes[branch.next_node]
         arg_update = None
-        if update is not None:
-            pos, values = update
+        if branch.arg_update is not None:
+            pos, values = branch.arg_update
             args = next_node.args
             arg_update = (node.args, (*args[:pos], *values, *args[pos + len(values) :]))
-        splits.append(_ForkBranchSplit(next_node, tuple(source_shape), arg_update))
-    pass_._apply_fork_split(node, nodes[frontier], nodes[producer], tuple(splits))
-    for next_id, _shape, _update, created in branches:
-        if created != len(nodes):
-            raise PlanMismatch(f"fork split created node {created}, expected {len(nodes)}")
-        nodes.append(nodes[next_id].next)
+        splits.append(_ForkBranchSplit(next_node, tuple(branch.source_shape), arg_update))
+    pass_._apply_fork_split(node, nodes[edit.frontier], nodes[edit.producer], tuple(splits))
+    for branch in branches:
+        if branch.created != len(nodes):
+            raise PlanMismatch(f"fork split created node {branch.created}, expected {len(nodes)}")
+        nodes.append(nodes[branch.next_node].next)
 
 
-#: ``retrace`` column bits (``rust/propagate/run.rs::retrace``).
-RETRACE_IMPURE = 1
-RETRACE_KEEPS_VALUE = 2
+_IMPURE = int(Retrace.IMPURE)
+_KEEPS_VALUE = int(Retrace.KEEPS_VALUE)
 
 
 def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     """Per node: fx's ``is_impure()`` (what the DCE keeps) and whether ``ArmPass`` keeps the
     node's old value on a re-trace (a quantized op without a fake kernel)."""
-    from arm_accel.retrace import _ops_without_quantized_fake_kernel, arm_keeps_value
+    from arm_accel.passes.propagate.retrace import (
+        _ops_without_quantized_fake_kernel,
+        arm_keeps_value,
+    )
 
     nodes = table.nodes
     bits = np.zeros(len(nodes), dtype=np.uint8)
@@ -438,30 +454,29 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
             if flag is None:
                 flag = impure[target] = node.is_impure()
             if arm_keeps_value(node, keeps):
-                bits[i] = RETRACE_KEEPS_VALUE
+                bits[i] = _KEEPS_VALUE
         else:
             flag = node.is_impure()
         if flag:
-            bits[i] |= RETRACE_IMPURE
+            bits[i] |= _IMPURE
     return bits
 
 
-def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
+def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: _native.Between) -> None:
     """What stock's re-trace after a scan changes that the next scan reads, as the native
     model computed it: the DCE, users dicts in graph order, new shapes (``new_empty`` values,
     as stock's own edits write them; the run's closing re-trace recomputes them exactly)."""
-    dead, users, shapes = between
-    for i in dead:
+    for i in between.dead:
         graph.erase_node(nodes[i])
-    for i, order in users:
+    for i, order in between.users:
         d = nodes[i].users
         if set(d) != {nodes[u] for u in order}:
             raise PlanMismatch(f"scan run: users of {nodes[i].name} differ from the model")
         d.clear()
         d.update(dict.fromkeys(nodes[u] for u in order))
-    for i, shape, base in shapes:
-        node = nodes[i]
-        node.meta = {**node.meta, "val": nodes[base].meta["val"].new_empty(shape)}
+    for write in between.shapes:
+        node = nodes[write.node]
+        node.meta = {**node.meta, "val": nodes[write.base].meta["val"].new_empty(write.shape)}
 
 
 @dataclasses.dataclass
@@ -494,8 +509,6 @@ def run_scans(
     model against a re-trace. Exporter and planner failures raise (tagged stage ``plan``),
     edits that do not apply as planned raise ``PlanMismatch`` (stage ``apply``): the caller
     rolls the call back."""
-    if not ENABLED:
-        return None
     config = scan_config(pass_)
     if isinstance(config, str):
         counters.record_scan(name, config)
@@ -511,27 +524,29 @@ def run_scans(
             return None
         exported = (*exported, retrace_column(exported[0], cache))
         answer = _native.plan_propagation_run(*exported, direction, tosa, max_scans)
-    if answer[0] == "decline":
-        counters.record_scan(name, answer[1])
+    if isinstance(answer, _native.Decline):
+        counters.record_scan(name, answer.reason)
         logger.info(
-            "%s: scan declined by the native planner (%s); stock's walk runs it", name, answer[1]
+            "%s: scan declined by the native planner (%s); stock's walk runs it",
+            name,
+            answer.reason,
         )
         return None
-    _, scans, fixed_point = answer
+    scans, fixed_point = answer.scans, answer.fixed_point
     table = exported[0]
     nodes = table.nodes
     modified = False
     last = len(scans) - 1
-    model_at_end = fixed_point or scans[last][2] is not None
+    model_at_end = fixed_point or scans[last].after is not None
     with stage("apply"):
-        for j, (scan_modified, edits, between) in enumerate(scans):
+        for j, step in enumerate(scans):
             if j == last and j > 0 and not model_at_end and verify is not None:
                 verify()
-            apply_edits(pass_, nodes, edits)
+            apply_edits(pass_, nodes, step.edits)
             counters.record_scan(name, None)
-            modified |= scan_modified
-            if between is not None:
-                mirror_retrace(graph_module.graph, nodes, between)
+            modified |= step.modified
+            if step.after is not None:
+                mirror_retrace(graph_module.graph, nodes, step.after)
     counters.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 

@@ -2,7 +2,7 @@
 
 Same decisions as stock -- the native scan planner (below) or stock's own ``_propagate`` --
 but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
-replaced by a virtual re-trace (``arm_accel.retrace.VirtualRetracer``): DCE, recompute the
+replaced by a virtual re-trace (``retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
 in graph order. The re-traces the in-loop fusions end with are virtual too, and the fusions
 themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
@@ -14,7 +14,7 @@ Declines (stock pass runs, ``counters.record_fallback``): symbolic shapes, no fa
 virtual re-trace meets something it does not model, that step falls back to a real re-trace,
 which is what stock does at that point.
 
-Scans are planned natively (``passes/scan_plan.py`` over ``rust/propagate.rs``) in runs: one
+Scans are planned natively (``scan_plan.py`` over ``rust/propagate/``) in runs: one
 export of the node table, then every scan to the fixed point in Rust, with what stock's re-trace
 between two scans changes (DCE, users in graph order, the recomputed shapes) modelled on the
 table (``rust/propagate/run.rs``). Python applies each scan's edits with stock's own edit
@@ -53,12 +53,12 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel import counters, switch
-from arm_accel.passes import scan_plan
 from arm_accel.passes.base import GraphJournal, _stock_class, stage
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
 from arm_accel.passes.fuse_identical_input_transforms import BaseFuseIdenticalInputTransformsPass
-from arm_accel.retrace import (
+from arm_accel.passes.propagate import scan_plan
+from arm_accel.passes.propagate.retrace import (
     VirtualRetracer,
     VirtualRetraceUnsupported,
     count_retraces,
@@ -178,9 +178,9 @@ _ACCELERATED_FUSIONS: dict[type, type] = {
 }
 
 
-#: Scans planned in one native run, the re-traces between them modelled (issue 4); 1 plans
-#: every scan on its own with a virtual re-trace after it (to measure, or to bisect a bug).
-MAX_SCANS_PER_RUN = 1 << 16
+# Bound of one native run of scans (the re-traces between them modelled): a guard against a
+# planner that never reaches the fixed point, far above any real graph's scan count.
+_SCANS_PER_RUN = 1 << 16
 
 
 def _fusion_class(looked_up: type) -> type:
@@ -364,7 +364,7 @@ class _AcceleratedPropagation:
             tracker = VirtualRetracer(graph_module)
             # Scans after the first read re-traced values: the native model of the re-trace
             # between scans starts from exact values only.
-            max_scans = MAX_SCANS_PER_RUN if self._arm_accel_exact else 1
+            max_scans = _SCANS_PER_RUN if self._arm_accel_exact else 1
             run = scan_plan.run_scans(
                 self,
                 graph_module,

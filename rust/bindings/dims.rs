@@ -1,10 +1,10 @@
-//! PyO3 bindings of the view/permute propagation kernels ([`crate::dims`]). Conversion only.
+//! PyO3 bindings of the view/permute propagation kernels ([`crate::propagate::dims`]). Conversion only.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use crate::dims::{self, DimError};
-use crate::python::guarded;
+use super::guarded;
+use crate::propagate::dims::{self, DimError};
 
 fn dim_err(e: DimError) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -33,7 +33,7 @@ fn int_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<i64> {
         .map_err(|_| PyValueError::new_err(format!("{what}: expected an int")))
 }
 
-/// `dim_maps.ViewMap.from_shapes` over concrete dims (see `rust/dims.rs`).
+/// `dim_maps.ViewMap.from_shapes` over concrete dims (see `rust/propagate/dims.rs`).
 #[pyclass(name = "ViewMap", module = "arm_accel._native", frozen)]
 struct PyViewMap {
     inner: dims::ViewMap,

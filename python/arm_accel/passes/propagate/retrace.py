@@ -158,12 +158,6 @@ class VirtualRetracer:
             for node in self.graph_module.graph.nodes
         }
 
-    def rebind(self, graph_module: fx.GraphModule) -> None:
-        """A real re-trace produced a fresh module: start tracking it."""
-        self.graph_module = graph_module
-        self.fake_mode = self._find_fake_mode(graph_module)
-        self.snapshot()
-
     def _fake_val(self, node: Any) -> Any:
         """``_compute_val``, with any fake-run error turned into a decline (the real re-trace
         raises too, or knows better: let it run)."""

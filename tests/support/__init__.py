@@ -1,0 +1,1 @@
+"""Helpers the tests share (benchmarks may import them too: ``sys.path`` gets ``tests/``)."""
