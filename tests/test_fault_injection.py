@@ -325,8 +325,8 @@ def test_misprediction_rolls_back_and_runs_stock(
     hits: Counter[str] = Counter()
     mirror = scan_plan.mirror_retrace
 
-    def corrupt(graph: Any, nodes: Any, between: Any) -> None:
-        mirror(graph, nodes, between)
+    def corrupt(graph: Any, nodes: Any, between: Any, *args: Any) -> None:
+        mirror(graph, nodes, between, *args)
         for i, _shape, _base in between[2][:1]:
             node = nodes[i]
             node.meta["val"] = node.meta["val"].to(torch.float64)

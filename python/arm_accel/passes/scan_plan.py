@@ -35,6 +35,7 @@ from torch import fx
 
 from arm_accel import _native, stats
 from arm_accel.passes.base import _stock_class, stage
+from arm_accel.retrace import mirror_names_and_provenance, provenance_pass_name
 from arm_accel.table import (
     Cls,
     Flag,
@@ -446,13 +447,15 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     return bits
 
 
-def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any) -> None:
+def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: Any, pass_name: str) -> None:
     """What stock's re-trace after a scan changes that the next scan reads, as the native
     model computed it: the DCE, users dicts in graph order, new shapes (``new_empty`` values,
-    as stock's own edits write them; the run's closing re-trace recomputes them exactly)."""
+    as stock's own edits write them; the run's closing re-trace recomputes them exactly); and
+    the names and provenance it gives (:func:`mirror_names_and_provenance`)."""
     dead, users, shapes = between
     for i in dead:
         graph.erase_node(nodes[i])
+    mirror_names_and_provenance(graph, pass_name)
     for i, order in users:
         d = nodes[i].users
         if set(d) != {nodes[u] for u in order}:
@@ -531,7 +534,7 @@ def run_scans(
             stats.record_scan(name, None)
             modified |= scan_modified
             if between is not None:
-                mirror_retrace(graph_module.graph, nodes, between)
+                mirror_retrace(graph_module.graph, nodes, between, provenance_pass_name(pass_))
     stats.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
