@@ -258,6 +258,35 @@ def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
     assert names[0] == names[1]
 
 
+def test_graph_with_get_attr_declines_to_stock() -> None:
+    """A get_attr node's re-traced name is not modelled: the call runs stock (the graph equals
+    stock's), counted as a decline with that reason, not as a failure."""
+    from arm_accel import stats
+    from arm_accel.testing import assert_graphs_identical
+    from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
+
+    def build():  # type: ignore[no-untyped-def]
+        gm = _edge_graph(_PermuteRelu(), (torch.randn(2, 3, 4), torch.randn(5, 6)))
+        gm.register_buffer("unused_constant", torch.zeros(1))
+        x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        with gm.graph.inserting_after(x):
+            gm.graph.get_attr("unused_constant")
+        gm.recompile()
+        return gm
+
+    name = "PropagateViewCopyPermuteUpPass"
+    reason = "get_attr node (re-traced name not modelled)"
+    before = stats.snapshot().get(name, {}).get("fallbacks", {}).get(reason, 0)
+    with TosaLoweringContext(TosaSpecification.create_from_string("TOSA-1.0+FP")):
+        with switch.disabled():
+            expected = arm_mod.PropagateViewCopyPermuteUpPass().call(build())
+        ours = propagate.PropagateViewCopyPermuteUpPass().call(build())
+    assert stats.snapshot()[name]["fallbacks"][reason] == before + 1
+    assert ours.modified == expected.modified
+    assert_graphs_identical(expected.graph_module, ours.graph_module)
+
+
 def test_stale_input_values_are_refreshed_by_the_first_retrace() -> None:
     """A real re-trace refreshes every value, an incremental one only what is downstream of
     an edit: the first re-trace of a call recomputes every value (``full``), so a stale value
