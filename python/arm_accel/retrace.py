@@ -145,6 +145,18 @@ def provenance_pass_name(pass_: Any) -> str:
     return f"Interpreter_{type(pass_).ExportInterpreter.__name__}"
 
 
+def _sanitized(candidate: str) -> str:
+    """The candidate ``_Namespace.create_name`` goes on with (its first step, which depends on
+    the candidate only): done once per target instead of per node (half the renaming's cost)."""
+    from torch.fx.graph import _illegal_char_regex, _name_regex
+
+    if _name_regex.match(candidate) is None:
+        candidate = _illegal_char_regex.sub("_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+    return candidate
+
+
 def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
     """What an ``ExportPass`` re-trace does to provenance and names, which later edits and the
     closing re-trace read. ``set_current_meta`` gives each interpreted node with meta and no
@@ -174,7 +186,8 @@ def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
                 node.meta = {**node.meta, "from_node": [source]}
             candidate = candidates.get(node.target)
             if candidate is None:
-                candidate = candidates[node.target] = rebuilt_name_candidate(graph, node.target)
+                raw = rebuilt_name_candidate(graph, node.target)
+                candidate = candidates[node.target] = _sanitized(raw)
         name = names.create_name(candidate, None)
         if node.name != name:
             node.name = name
