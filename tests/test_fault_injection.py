@@ -329,8 +329,8 @@ def test_misprediction_rolls_back_and_runs_stock(
     hits: Counter[str] = Counter()
     mirror = scan_plan.mirror_retrace
 
-    def corrupt(graph: Any, nodes: Any, between: Any) -> None:
-        mirror(graph, nodes, between)
+    def corrupt(graph: Any, nodes: Any, between: Any, *args: Any) -> None:
+        mirror(graph, nodes, between, *args)
         for write in between.shapes[:1]:
             node = nodes[write.node]
             node.meta["val"] = node.meta["val"].to(torch.float64)

@@ -192,6 +192,21 @@ def test_regression_identity_permute_leaves_no_call_node() -> None:
     check_spec(Spec(inputs=((1, 1),), ops=(Op("permute", (0,), ((1, 0),)),), outputs=(1,)))
 
 
+def test_regression_retargeted_node_keeps_the_provenance_of_its_first_retrace() -> None:
+    """Long run, session 6 (shrunk by hypothesis): FP, the Up pass moves ``permute(1, 0)`` of
+    ``cat(x, x)`` (x 1x2) above the cat; the in-loop canonicalization turns the new permute into
+    a view. Stock's re-trace after the scan recorded the node's provenance (``from_node``) as the
+    permute; the virtual re-trace recorded none, so the closing re-trace recorded the view."""
+    check_spec(
+        Spec(
+            inputs=((1, 2),),
+            ops=(Op("cat", (0, 0), (0,)), Op("permute", (1,), ((1, 0),))),
+            outputs=(2,),
+        ),
+        ("FP",),
+    )
+
+
 # -- the checker itself must be able to fail ---------------------------------------------------
 
 

@@ -218,6 +218,76 @@ class _PermuteRelu(torch.nn.Module):
         return x.relu().permute(0, 2, 1).neg(), y.abs()
 
 
+def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
+    """After an edit that creates a node and erases the one it replaces, a virtual re-trace
+    gives every node the name and ``from_node`` a real ``ExportPass`` re-trace gives, and leaves
+    the same name space: a node created afterwards gets the same name in both."""
+    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.testing import meta_signature
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.pass_base import ExportPass
+
+    permute = exir_ops.edge.aten.permute_copy.default
+
+    def build():  # type: ignore[no-untyped-def]
+        gm = _edge_graph(_PermuteRelu(), (torch.randn(2, 3, 4), torch.randn(5, 6)))
+        graph = gm.graph
+        old = next(n for n in graph.nodes if n.target == permute)
+        with graph.inserting_before(old):
+            new = graph.call_function(permute, old.args)  # named with a suffix: old's is taken
+        new.meta["val"] = old.meta["val"]
+        old.replace_all_uses_with(new)
+        graph.erase_node(old)  # its name stays taken until a re-trace
+        gm.recompile()
+        return gm
+
+    real = ExportPass().call(build()).graph_module
+    virtual = build()
+    assert any(n.name.endswith("_1") for n in virtual.graph.nodes)
+    VirtualRetracer(virtual).apply(prologue=False, arm_pass=False)
+    pairs = list(zip(real.graph.nodes, virtual.graph.nodes, strict=True))
+    for a, b in pairs:
+        assert a.name == b.name
+        assert meta_signature(a.meta.get("from_node")) == meta_signature(b.meta.get("from_node"))
+    new = next(b for _, b in pairs if b.target == permute)
+    assert "from_node" in new.meta, "the new node's provenance is the virtual re-trace's"
+    names = []
+    for gm in (real, virtual):
+        x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        with gm.graph.inserting_after(x):
+            names.append(gm.graph.call_function(permute, (x, [1, 0, 2])).name)
+    assert names[0] == names[1]
+
+
+def test_graph_with_get_attr_declines_to_stock() -> None:
+    """A get_attr node's re-traced name is not modelled: the call runs stock (the graph equals
+    stock's), counted as a decline with that reason, not as a failure."""
+    from arm_accel import PassStats, counters
+    from arm_accel.testing import assert_graphs_identical
+    from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
+
+    def build():  # type: ignore[no-untyped-def]
+        gm = _edge_graph(_PermuteRelu(), (torch.randn(2, 3, 4), torch.randn(5, 6)))
+        gm.register_buffer("unused_constant", torch.zeros(1))
+        x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        with gm.graph.inserting_after(x):
+            gm.graph.get_attr("unused_constant")
+        gm.recompile()
+        return gm
+
+    name = "PropagateViewCopyPermuteUpPass"
+    reason = "get_attr node (re-traced name not modelled)"
+    before = counters.snapshot().get(name, PassStats()).fallbacks.get(reason, 0)
+    with TosaLoweringContext(TosaSpecification.create_from_string("TOSA-1.0+FP")):
+        with switch.disabled():
+            expected = arm_mod.PropagateViewCopyPermuteUpPass().call(build())
+        ours = accelerated.PropagateViewCopyPermuteUpPass().call(build())
+    assert counters.snapshot()[name].fallbacks[reason] == before + 1
+    assert ours.modified == expected.modified
+    assert_graphs_identical(expected.graph_module, ours.graph_module)
+
+
 def test_stale_input_values_are_refreshed_by_the_first_retrace() -> None:
     """A real re-trace refreshes every value, an incremental one only what is downstream of
     an edit: the first re-trace of a call recomputes every value (``full``), so a stale value

@@ -381,6 +381,12 @@ def _fx_name(graph: fx.Graph, target: Any) -> str | None:
     return None
 
 
+def rebuilt_name_candidate(graph: fx.Graph, target: Any) -> str:
+    """The name candidate of the node an ``ExportPass`` re-trace rebuilds, as it was, for a
+    call_function (or output) node with ``target``."""
+    return _creation_candidate(graph, target, _fx_name(graph, target))
+
+
 class InplaceRetrace:
     """One in-place re-trace of ``graph_module`` by ``pass_`` (see the module docstring)."""
 
@@ -490,8 +496,7 @@ class InplaceRetrace:
             new_meta["tensor_meta"] = None
         else:
             pass_.tracer.set_metadata(node, res_data)
-        name = _fx_name(self.graph, target)
-        self.candidates[node] = _creation_candidate(self.graph, target, name)
+        self.candidates[node] = rebuilt_name_candidate(self.graph, target)
         proxy = ProxyValue(res_data, pass_.tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
@@ -738,4 +743,4 @@ def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetra
     return PassResult(new_gm, True), engine
 
 
-__all__ = ["InplaceRetrace", "Unsupported", "retrace", "same_value"]
+__all__ = ["InplaceRetrace", "Unsupported", "rebuilt_name_candidate", "retrace", "same_value"]

@@ -63,6 +63,8 @@ from arm_accel.passes.propagate.retrace import (
     VirtualRetraceUnsupported,
     count_retraces,
     has_symbolic_shapes,
+    provenance_pass_name,
+    unmodelled_node_kind,
 )
 
 logger = logging.getLogger("arm_accel")
@@ -153,7 +155,11 @@ class _VirtualRetraceBase(ExportPass):
             try:
                 with stage("virtual re-trace"):
                     # The fusion ran its own DCE/lint, if any: ``ExportPass.call`` does neither.
-                    tracker.apply(prologue=False, arm_pass=isinstance(self, ArmPass))
+                    tracker.apply(
+                        pass_name=provenance_pass_name(self),
+                        prologue=False,
+                        arm_pass=isinstance(self, ArmPass),
+                    )
                 return PassResult(graph_module, True)
             except VirtualRetraceUnsupported as exc:
                 counters.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
@@ -299,6 +305,8 @@ class _AcceleratedPropagation:
             reason = "switched off"
         elif has_symbolic_shapes(graph_module):
             reason = "symbolic shapes"
+        elif (kind := unmodelled_node_kind(graph_module)) is not None:
+            reason = f"{kind} node (re-traced name not modelled)"
         else:
             try:
                 VirtualRetracer._find_fake_mode(graph_module)
@@ -429,7 +437,7 @@ class _AcceleratedPropagation:
         self._arm_accel_exact = True
         try:
             with stage("virtual re-trace"):
-                tracker.apply(check=check)
+                tracker.apply(pass_name=provenance_pass_name(self), check=check)
         except VirtualRetraceUnsupported as exc:
             if check:  # a real re-trace would hide what the model got wrong
                 raise RunUnverifiable(str(exc)) from exc
@@ -445,7 +453,7 @@ class _AcceleratedPropagation:
         users orders that scan was planned on, against a virtual re-trace."""
         with stage("virtual re-trace"):
             try:
-                tracker.apply(check=True)
+                tracker.apply(pass_name=provenance_pass_name(self), check=True)
             except VirtualRetraceUnsupported as exc:
                 raise RunUnverifiable(str(exc)) from exc
         self._raise_mispredictions(tracker)

@@ -8,10 +8,14 @@ by fake-executing its target. What later scans and fusions can observe of that i
 1. the DCE;
 2. ``meta["val"]`` of every node, recomputed from its inputs' values;
 3. every node's ``users`` dict in graph order (a re-trace creates users front to back);
-4. node names (used only as unique keys by the fusions) and arg containers (decisions accept
-   lists and tuples alike), which need no emulation.
+4. node names and provenance: the re-trace renames every node afresh (nodes created after it
+   draw their names from that name space) and gives nodes without a ``from_node`` one naming
+   the node as it is then, which the graph after the pass carries
+   (:func:`mirror_names_and_provenance`; the long fuzz run, session 6, found a node created by
+   a scan and retargeted by the in-loop canonicalization before the closing re-trace);
+5. arg containers (decisions accept lists and tuples alike), which need no emulation.
 
-``VirtualRetracer`` reproduces 1-3 incrementally: it snapshots each node's ``args``/``kwargs``
+``VirtualRetracer`` reproduces 1-4 incrementally: it snapshots each node's ``args``/``kwargs``
 objects (fx replaces them on every edit), and after the edits recomputes ``meta["val"]`` only for
 new or edited nodes and for nodes downstream of a value whose shape, dtype or strides changed,
 exactly as ``ExportPass``/``ArmPass.call_operator`` compute it. Anything it does not model raises
@@ -126,6 +130,72 @@ def has_symbolic_shapes(graph_module: fx.GraphModule) -> bool:
     return False
 
 
+#: Node kinds whose re-traced name and provenance :func:`mirror_names_and_provenance` models.
+NAMED_OPS = frozenset({"placeholder", "call_function", "output"})
+
+
+def unmodelled_node_kind(graph_module: fx.GraphModule) -> str | None:
+    """A node kind in the graph whose re-traced name or provenance is not modelled, if any."""
+    for node in graph_module.graph.nodes:
+        if node.op not in NAMED_OPS:
+            return node.op
+    return None
+
+
+def provenance_pass_name(pass_: Any) -> str:
+    """The ``pass_name`` of the ``NodeSource`` records ``pass_``'s re-trace writes."""
+    return f"Interpreter_{type(pass_).ExportInterpreter.__name__}"
+
+
+def _sanitized(candidate: str) -> str:
+    """The candidate ``_Namespace.create_name`` goes on with (its first step, which depends on
+    the candidate only): done once per target instead of per node (half the renaming's cost)."""
+    from torch.fx.graph import _illegal_char_regex, _name_regex
+
+    if _name_regex.match(candidate) is None:
+        candidate = _illegal_char_regex.sub("_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+    return candidate
+
+
+def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
+    """What an ``ExportPass`` re-trace does to provenance and names, which later edits and the
+    closing re-trace read. ``set_current_meta`` gives each interpreted node with meta and no
+    ``from_node`` of its own ``[NodeSource(node, pass_name, CREATE)]``: the name and target it
+    has now (the closing re-trace would record them after later renames and retargets). The
+    re-traced graph names its nodes afresh in graph order: nodes created after it draw from that
+    name space. Placeholders keep their old meta (``ExportPass.placeholder``)."""
+    from torch.fx import traceback as fx_traceback
+    from torch.fx.graph import _Namespace
+
+    from arm_accel.retrace_engine.inplace import rebuilt_name_candidate
+
+    nodes = list(graph.nodes)
+    for node in nodes:
+        if node.op not in NAMED_OPS:
+            raise VirtualRetraceUnsupported(f"re-traced name of a {node.op} node")
+    create = fx_traceback.NodeSourceAction.CREATE
+    names = _Namespace()
+    candidates: dict[Any, str] = {}
+    for node in nodes:
+        if node.op == "placeholder":
+            candidate = node.target
+        else:
+            if node.meta and "from_node" not in node.meta:
+                # A new dict: edits may have given several nodes one meta object.
+                source = fx_traceback.NodeSource(node, pass_name, create)
+                node.meta = {**node.meta, "from_node": [source]}
+            candidate = candidates.get(node.target)
+            if candidate is None:
+                raw = rebuilt_name_candidate(graph, node.target)
+                candidate = candidates[node.target] = _sanitized(raw)
+        name = names.create_name(candidate, None)
+        if node.name != name:
+            node.name = name
+    graph._graph_namespace = names
+
+
 class VirtualRetracer:
     """Tracks edits between two points and replays what a re-trace would change."""
 
@@ -226,7 +296,14 @@ class VirtualRetracer:
             fake_mode.allow_non_fake_inputs = prev_allow
         return stale
 
-    def apply(self, *, prologue: bool = True, arm_pass: bool = True, check: bool = False) -> int:
+    def apply(
+        self,
+        *,
+        pass_name: str = "Interpreter_ExportInterpreter",
+        prologue: bool = True,
+        arm_pass: bool = True,
+        check: bool = False,
+    ) -> int:
         """Refresh vals of edited nodes and downstream, order users. Returns the number of
         recomputed nodes.
 
@@ -235,6 +312,8 @@ class VirtualRetracer:
         nodes too, and so must we keep them (they are users later decisions count).
         ``arm_pass``: the re-tracing pass is an ``ArmPass`` (its ``call_operator`` keeps the old
         shape for quantized ops without a fake kernel); a plain ``ExportPass`` fake-runs them.
+        ``pass_name``: of the provenance the re-trace records (:func:`provenance_pass_name`;
+        the default is ``ExportPass``'s).
         ``check``: count in ``self.mismatches`` what the graph held that the re-trace changes
         -- nodes the DCE erases, recomputed values whose shape, dtype or strides differ from
         the value they had, users dicts not in graph order (the between-scan model claims to
@@ -250,6 +329,7 @@ class VirtualRetracer:
             graph.lint()
             if check:
                 self.mismatches += before - len(graph.nodes)
+        mirror_names_and_provenance(graph, pass_name)
         self._arm_pass = arm_pass
         seen = self._seen
         changed: set[fx.Node] = set()

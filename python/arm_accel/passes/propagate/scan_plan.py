@@ -35,6 +35,10 @@ from torch import fx
 
 from arm_accel import _native, counters
 from arm_accel.passes.base import _stock_class, stage
+from arm_accel.passes.propagate.retrace import (
+    mirror_names_and_provenance,
+    provenance_pass_name,
+)
 from arm_accel.table import (
     Cls,
     Flag,
@@ -462,12 +466,16 @@ def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     return bits
 
 
-def mirror_retrace(graph: fx.Graph, nodes: list[fx.Node], between: _native.Between) -> None:
+def mirror_retrace(
+    graph: fx.Graph, nodes: list[fx.Node], between: _native.Between, pass_name: str
+) -> None:
     """What stock's re-trace after a scan changes that the next scan reads, as the native
     model computed it: the DCE, users dicts in graph order, new shapes (``new_empty`` values,
-    as stock's own edits write them; the run's closing re-trace recomputes them exactly)."""
+    as stock's own edits write them; the run's closing re-trace recomputes them exactly); and
+    the names and provenance it gives (:func:`mirror_names_and_provenance`)."""
     for i in between.dead:
         graph.erase_node(nodes[i])
+    mirror_names_and_provenance(graph, pass_name)
     for i, order in between.users:
         d = nodes[i].users
         if set(d) != {nodes[u] for u in order}:
@@ -546,7 +554,9 @@ def run_scans(
             counters.record_scan(name, None)
             modified |= step.modified
             if step.after is not None:
-                mirror_retrace(graph_module.graph, nodes, step.after)
+                mirror_retrace(
+                    graph_module.graph, nodes, step.after, provenance_pass_name(pass_)
+                )
     counters.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
