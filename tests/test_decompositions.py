@@ -154,18 +154,25 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
 
 
 def test_uninstall_restores_stock(active: None) -> None:
-    """uninstall puts executorch's function and torch's method back; install re-wraps them."""
+    """uninstall puts executorch's function and torch's methods (``run_decompositions``,
+    ``NodeSource.__init__``) back; install re-wraps them."""
     import executorch.exir.program._program as prog
+    from arm_accel.edge import provenance
+    from torch.fx.traceback import NodeSource
 
     ours_method = ExportedProgram.run_decompositions
     ours_stage = prog._gen_edge_manager_for_partitioners
+    ours_init = NodeSource.__init__
     decompositions.uninstall()
     try:
         assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
         assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
+        assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
+        assert not provenance.installed()
     finally:
         decompositions.install()
-    assert decompositions.installed()
+    assert decompositions.installed() and provenance.installed()
+    assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
 
 
 def _fallbacks() -> dict[str, int]:
