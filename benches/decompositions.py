@@ -1,15 +1,19 @@
 """The three ``run_decompositions`` calls of ``to_edge_transform_and_lower`` on the Arm path.
 
-Measure (default): per zoo model and call, the seconds, the nodes the call changes (structure
-compared up to renaming; renamed nodes counted apart) and where the time goes inside (a second,
-profiled run of the same call on the same input, tottime grouped by the code it is spent in).
-Stock only (acceleration is switched off for the measurement).
+Measure (default): per zoo model and call, the seconds; the same call run again (after the
+profiled run, so warm) with deep copies and then with provenance records sharing their ancestors
+(``arm_accel.edge.provenance``); the nodes the call changes (structure compared up to renaming;
+renamed nodes counted apart; the rewritten nodes listed after the table) and where the time goes
+inside (a profiled run of the same call on the same input, tottime grouped by the code it is
+spent in). Stock's calls (acceleration off); sharing is switched on for its own run only.
 
 ``--compare``: the decomposition phase (the three calls) stock vs accelerated in one process,
-each model lowered once per side, ratio printed, TOSA bytes compared.
+each model lowered once per side, ratio printed, TOSA bytes compared (``--edge-only``: the edge
+stage only, no TOSA).
 
     python benches/decompositions.py dscnnkws llama1 llama2
     python benches/decompositions.py --compare dscnnkws llama2
+    python benches/decompositions.py --compare --edge-only llama8
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
 from arm_accel import models
+from arm_accel.edge import provenance
 from torch import fx
 from torch.export import ExportedProgram
 
@@ -108,6 +113,24 @@ def changed_nodes(before: fx.GraphModule, after: fx.GraphModule) -> tuple[int, i
     return removed, added, str(renamed)
 
 
+def target_rewrites(before: fx.GraphModule, after: fx.GraphModule) -> Counter[str]:
+    """``"old -> new, ..."`` per call node of ``before`` that ``after`` does not hold as one
+    node of the same target: ``after``'s nodes grouped by the input node their provenance
+    names (``from_node[0]``: the unlifted copy, named as in the input)."""
+    made: dict[str, list[str]] = {}
+    for n in after.graph.nodes:
+        if n.op == "call_function" and n.meta.get("from_node"):
+            made.setdefault(n.meta["from_node"][0].name, []).append(str(n.target))
+    rewrites: Counter[str] = Counter()
+    for n in before.graph.nodes:
+        if n.op != "call_function":
+            continue
+        outs = made.get(n.name, [])
+        if outs != [str(n.target)]:
+            rewrites[f"{n.target} -> {', '.join(sorted(outs)) or '(none)'}"] += 1
+    return rewrites
+
+
 @contextmanager
 def recording(profile: bool) -> Iterator[list[dict[str, Any]]]:
     """Record every ``ExportedProgram.run_decompositions`` call made inside the block."""
@@ -122,9 +145,16 @@ def recording(profile: bool) -> Iterator[list[dict[str, Any]]]:
             "seconds": seconds,
             "nodes": len(self.graph.nodes),
             "changed": changed_nodes(self.graph_module, result.graph_module),
+            "rewrites": target_rewrites(self.graph_module, result.graph_module),
         }
         if profile:
             row["groups"] = profile_groups(lambda: stock(self, decomp_table, *args, **kw))
+            # the same call again, warm like the profiled run: deep copies, then shared records
+            for key in ("warm seconds", "shared seconds"):
+                with provenance.sharing() if key == "shared seconds" else nullcontext():
+                    t0 = time.perf_counter()
+                    stock(self, decomp_table, *args, **kw)
+                    row[key] = time.perf_counter() - t0
         rows.append(row)
         return result
 
@@ -162,6 +192,7 @@ def measure(name: str) -> list[dict[str, Any]]:
     """Stock's calls (acceleration off) of one lowering, recorded."""
     import arm_accel
 
+    provenance.install()
     model, inputs, mode = models.build(name)
     exported = models.export_for_arm(model, inputs, mode)
     with arm_accel.disabled(), recording(profile=True) as rows, edge_stage_only():
@@ -172,11 +203,11 @@ def measure(name: str) -> list[dict[str, Any]]:
 def print_measure(names: list[str]) -> None:
     group_names = [g for g, _, _ in GROUPS] + ["decomposition fns"]
     print(
-        "| model | call | nodes | seconds | targets removed / added / renamed (same structure) | "
-        + " | ".join(group_names)
-        + " |"
+        "| model | call | nodes | seconds | again | shared provenance | "
+        "targets removed / added / renamed (same structure) | " + " | ".join(group_names) + " |"
     )
-    print("|---|---|--:|--:|--:|" + "--:|" * len(group_names))
+    print("|---|---|--:|--:|--:|--:|--:|" + "--:|" * len(group_names))
+    rewrites: list[str] = []
     for name in names:
         for i, row in enumerate(measure(name)):
             call = CALL_NAMES[i] if i < len(CALL_NAMES) else f"call {i}"
@@ -185,14 +216,22 @@ def print_measure(names: list[str]) -> None:
             r, a, n = row["changed"]
             print(
                 f"| {name} | {i}: {call} | {row['nodes']} | {row['seconds']:.2f} | "
-                f"{r} / {a} / {n} | {cells} |",
+                f"{row['warm seconds']:.2f} | {row['shared seconds']:.2f} | {r} / {a} / {n} | "
+                f"{cells} |",
                 flush=True,
             )
+            listed = "; ".join(f"{c} x {k}" for k, c in sorted(row["rewrites"].items()))
+            rewrites.append(f"- {name} call {i}: {listed or 'none'}")
+    print("\nNodes rewritten (input node -> the output nodes its provenance names):")
+    print("\n".join(rewrites))
 
 
-def _phase_seconds(exported: Any, mode: str) -> tuple[float, float, list[bytes], Any]:
-    """One full lowering: seconds inside the decomposition calls (whatever implementation is
-    installed), seconds of the whole lowering, the TOSA bytes and the edge stage's program."""
+def _phase_seconds(
+    exported: Any, mode: str, edge_only: bool = False
+) -> tuple[float, float, list[bytes] | None, Any]:
+    """One full lowering (or its edge stage only): seconds inside the decomposition calls
+    (whatever implementation is installed), seconds of the whole lowering, the TOSA bytes (None
+    with ``edge_only``) and the edge stage's program."""
     import executorch.exir.program._program as prog
 
     spent = [0.0]
@@ -215,24 +254,37 @@ def _phase_seconds(exported: Any, mode: str) -> tuple[float, float, list[bytes],
     prog._generate_edge_program = recording
     try:
         t0 = time.perf_counter()
-        edge = models.lower(exported, mode)
+        if edge_only:
+            with edge_stage_only():
+                models.lower(exported, mode)
+            edge = None
+        else:
+            edge = models.lower(exported, mode)
         whole = time.perf_counter() - t0
     finally:
         ExportedProgram.run_decompositions = inner  # type: ignore[method-assign]
         prog._generate_edge_program = generate
-    return spent[0], whole, models.tosa_bytes(edge), staged[0]
+    return spent[0], whole, None if edge is None else models.tosa_bytes(edge), staged[0]
 
 
-def compare(names: list[str]) -> None:
-    """Accelerated first, then stock (any warm-up benefit goes to stock). Each side lowers its
-    own export of the model (stock lowering mutates an FP llama's exported program, so one
-    program cannot be lowered twice)."""
+def compare(names: list[str], edge_only: bool = False, repeat: int = 1) -> None:
+    """Stock and accelerated in one process, after one untimed stock lowering of a small model
+    (the first lowering of a process differs from later ones: one-time costs, and stock
+    annotates ``custom`` on a node only then, e.g. dscnnkws' relu 66). ``repeat`` rounds per
+    model, alternating which side goes first; the fastest round per side is printed (the
+    machine is shared), differences and TOSA from the first round. Each side lowers its own
+    export of the model (stock lowering mutates an FP llama's exported program, so one program
+    cannot be lowered twice). ``edge_only``: stop after the edge stage (no TOSA; for models
+    whose whole lowering takes too long on a shared machine)."""
     import arm_accel
     import executorch.backends.arm._passes  # noqa: F401  (triggers the activation)
     from arm_accel.devtools.program_compare import program_differences
     from arm_accel.edge.decompositions import STATS_NAME
 
     arm_accel.enable()
+    model, inputs, mode = models.build("dscnnkws")
+    with arm_accel.disabled():
+        _phase_seconds(models.export_for_arm(model, inputs, mode), mode)
     print(
         "| model | decompositions stock | accelerated | ratio | lowering stock | accelerated "
         "| ratio | calls replayed | edge program differences | TOSA equal |"
@@ -240,20 +292,27 @@ def compare(names: list[str]) -> None:
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|")
     for name in names:
         model, inputs, mode = models.build(name)
+        runs: dict[bool, list[tuple[float, float, list[bytes] | None, Any]]] = {
+            True: [],
+            False: [],
+        }
         before = arm_accel.stats().get(STATS_NAME, arm_accel.PassStats()).accelerated
-        a_phase, a_whole, a_bytes, a_prog = _phase_seconds(
-            models.export_for_arm(model, inputs, mode), mode
-        )
-        replayed = arm_accel.stats().get(STATS_NAME, arm_accel.PassStats()).accelerated - before
-        with arm_accel.disabled():
-            s_phase, s_whole, s_bytes, s_prog = _phase_seconds(
-                models.export_for_arm(model, inputs, mode), mode
-            )
+        for round_ in range(repeat):
+            for accelerated in (True, False) if round_ % 2 == 0 else (False, True):
+                with arm_accel.enabled() if accelerated else arm_accel.disabled():
+                    runs[accelerated].append(
+                        _phase_seconds(models.export_for_arm(model, inputs, mode), mode, edge_only)
+                    )
+        after = arm_accel.stats().get(STATS_NAME, arm_accel.PassStats()).accelerated
+        replayed = (after - before) / repeat
+        a_phase, a_whole = min(r[0] for r in runs[True]), min(r[1] for r in runs[True])
+        s_phase, s_whole = min(r[0] for r in runs[False]), min(r[1] for r in runs[False])
+        (_, _, a_bytes, a_prog), (_, _, s_bytes, s_prog) = runs[True][0], runs[False][0]
         diffs = len(program_differences(s_prog, a_prog, separately_exported=True))
         print(
             f"| {name} | {s_phase:.2f} s | {a_phase:.2f} s | {s_phase / a_phase:.2f}x | "
-            f"{s_whole:.1f} s | {a_whole:.1f} s | {s_whole / a_whole:.2f}x | {replayed} | "
-            f"{diffs} | {s_bytes == a_bytes} |",
+            f"{s_whole:.1f} s | {a_whole:.1f} s | {s_whole / a_whole:.2f}x | {replayed:g} | "
+            f"{diffs} | {'n/a' if edge_only else s_bytes == a_bytes} |",
             flush=True,
         )
 
@@ -262,9 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=["dscnnkws", "llama1", "llama2"])
     parser.add_argument("--compare", action="store_true")
+    parser.add_argument(
+        "--edge-only", action="store_true", help="--compare: stop after the edge stage"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="--compare: rounds per model (fastest printed)"
+    )
     args = parser.parse_args(argv)
     torch.manual_seed(0)
-    (compare if args.compare else print_measure)(args.models)
+    if args.compare:
+        compare(args.models, args.edge_only, args.repeat)
+    else:
+        print_measure(args.models)
     return 0
 
 

@@ -75,6 +75,48 @@ def test_lowering_equals_stock(active: None) -> None:
     assert list(stock.constants) == list(ours.constants)
     assert_programs_equal(stock, ours)
     assert stock_bytes and ours_bytes == stock_bytes
+    # equal values, fewer objects: the provenance records share their ancestors
+    assert _provenance_objects(ours) < _provenance_objects(stock)
+
+
+def _provenance_objects(ep: ExportedProgram) -> int:
+    """Distinct NodeSource objects reachable from the program's ``from_node`` chains."""
+    seen: set[int] = set()
+    todo = [s for n in ep.graph.nodes for s in n.meta.get("from_node", [])]
+    while todo:
+        source = todo.pop()
+        if id(source) not in seen:
+            seen.add(id(source))
+            todo.extend(source.from_node)
+    return len(seen)
+
+
+def test_shared_provenance_equals_deep_copy(active: None) -> None:
+    """``NodeSource(node)`` inside ``provenance.sharing()`` equals stock's record of the same
+    node (``to_dict``, ``==``) and holds the node's own ancestors in a list of its own; outside
+    the block, and in another thread while this one is inside it, the chain is deep-copied."""
+    import threading
+
+    from arm_accel.edge import provenance
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    assert provenance.installed()
+    ep = _functional_tiny().run_decompositions({})  # chains two levels deep
+    node = next(n for n in ep.graph.nodes if n.op == "call_function")
+    chain = node.meta["from_node"]
+    stock = NodeSource(node, "p", NodeSourceAction.CREATE)
+    assert stock.from_node[0] is not chain[0]
+    in_thread: list[NodeSource] = []
+    with provenance.sharing():
+        shared = NodeSource(node, "p", NodeSourceAction.CREATE)
+        worker = threading.Thread(target=lambda: in_thread.append(NodeSource(node, "p")))
+        worker.start()
+        worker.join()
+    assert shared == stock and shared.to_dict() == stock.to_dict()
+    assert shared.from_node == chain and shared.from_node is not chain
+    assert all(a is b for a, b in zip(shared.from_node, chain, strict=True))
+    assert in_thread[0].from_node[0] is not chain[0]
+    assert vars(shared).keys() == vars(stock).keys()
 
 
 class _Tiny(torch.nn.Module):
@@ -112,18 +154,25 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
 
 
 def test_uninstall_restores_stock(active: None) -> None:
-    """uninstall puts executorch's function and torch's method back; install re-wraps them."""
+    """uninstall puts executorch's function and torch's methods (``run_decompositions``,
+    ``NodeSource.__init__``) back; install re-wraps them."""
     import executorch.exir.program._program as prog
+    from arm_accel.edge import provenance
+    from torch.fx.traceback import NodeSource
 
     ours_method = ExportedProgram.run_decompositions
     ours_stage = prog._gen_edge_manager_for_partitioners
+    ours_init = NodeSource.__init__
     decompositions.uninstall()
     try:
         assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
         assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
+        assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
+        assert not provenance.installed()
     finally:
         decompositions.install()
-    assert decompositions.installed()
+    assert decompositions.installed() and provenance.installed()
+    assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
 
 
 def _fallbacks() -> dict[str, int]:
@@ -141,7 +190,8 @@ class _TinyLinear(torch.nn.Module):
 
 def test_replay_failure_runs_stock(active: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """A tiny FP model lowered with the replay forced to fail: the stock call runs instead, the
-    failure is counted with its reason, and the TOSA bytes equal a stock lowering's."""
+    failure is counted with its reason, and the TOSA bytes equal a stock lowering's; under
+    ``ARM_ACCEL_STRICT=1`` the same lowering raises, naming the replay."""
     torch.manual_seed(0)
     exported = torch.export.export(_TinyLinear().eval(), (torch.randn(2, 4),))
     with arm_accel.disabled():
@@ -151,6 +201,10 @@ def test_replay_failure_runs_stock(active: None, monkeypatch: pytest.MonkeyPatch
         raise RuntimeError("injected")
 
     monkeypatch.setattr(decompositions, "replay_program", broken)
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    with pytest.raises(RuntimeError, match="run_decompositions replay failed"):
+        models.lower(exported, "FP")
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "0")
     before = _fallbacks()
     ours_bytes = models.tosa_bytes(models.lower(exported, "FP"))
     reason = "replay failed: RuntimeError('injected')"

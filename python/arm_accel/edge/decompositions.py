@@ -13,7 +13,9 @@ as ``_populate_param_buffer_metadata_to_new_gm`` writes it, a new graph signatur
 ExportedProgram. The nodes whose target was swapped since the last trace run once on fake values
 (their kernels may annotate ``custom``); every other node computes what it computed last time.
 Anything else runs the stock call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
-with the reason. Checked against stock's own call in tests/test_decompositions.py and
+with the reason. Every call of the stage, replayed or stock, builds its provenance records
+sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``).
+Checked against stock's own call in tests/test_decompositions.py and
 ``benches/decompositions.py --compare``.
 
 :func:`install` wraps ``_gen_edge_manager_for_partitioners`` (to know which calls belong to the
@@ -40,6 +42,8 @@ from torch.export.graph_signature import (
     OutputSpec,
     TensorArgument,
 )
+
+from arm_accel.edge import provenance
 
 STATS_NAME = "to_edge.run_decompositions"
 
@@ -317,11 +321,26 @@ def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -
 def _decompose(
     stage: _Stage, index: int, ep: ExportedProgram, table: Any, triton: bool, stock: Any
 ) -> ExportedProgram:
-    """One decomposition call of the stage: replayed when provably a no-op, else stock."""
+    """One decomposition call of the stage: replayed when provably a no-op, else stock; with
+    acceleration on, either builds its provenance records sharing their ancestors."""
     from arm_accel import counters, switch
 
     if not switch.is_enabled():
         return stock(ep, table, triton)
+    t0 = time.perf_counter()
+    with provenance.sharing():
+        result = _decompose_sharing(stage, index, ep, table, triton, stock)
+    counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
+    return result
+
+
+def _decompose_sharing(
+    stage: _Stage, index: int, ep: ExportedProgram, table: Any, triton: bool, stock: Any
+) -> ExportedProgram:
+    """:func:`_decompose` with acceleration on, provenance records shared (the replay's unlift
+    and the stock call's trace alike, see :mod:`arm_accel.edge.provenance`)."""
+    from arm_accel import counters, switch
+
     t0 = time.perf_counter()
     if index == 0:
         reason: str | None = "functionalization of the exported program (not a re-trace output)"
@@ -329,16 +348,21 @@ def _decompose(
         reason = "default table or decompose_custom_triton_ops"
     else:
         reason = _edited_only_by_target_swaps(ep, stage) or decline_reason(ep, table)
+    failure: Exception | None = None
     if reason is None:
         try:
             result = replay_program(ep, stage.swapped(ep))
         except Exception as exc:  # never wrong: any surprise runs the stock call
+            failure = exc
             reason = f"replay failed: {exc!r}"
         else:
             counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return result
     counters.record_fallback(STATS_NAME, reason)
     result = stock(ep, table, triton)
+    if failure is not None and switch.strict():
+        # stock succeeded where the replay failed: a fault of ours, not of the program
+        raise RuntimeError(f"arm_accel: {STATS_NAME} replay failed: {failure!r}") from failure
     counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=False, retraces=1)
     return result
 
@@ -350,6 +374,7 @@ def install() -> None:
     with _lock:
         if _installed:
             return
+        provenance.install()
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 
@@ -405,6 +430,7 @@ def uninstall() -> None:
             prog._gen_edge_manager_for_partitioners = stock_stage
         if ExportedProgram.__dict__.get("run_decompositions") is ours_method:
             ExportedProgram.run_decompositions = stock_method  # type: ignore[method-assign]
+        provenance.uninstall()
         _installed.clear()
 
 
