@@ -52,6 +52,11 @@ if ! "$VENV/bin/python" -c 'import pytest, hypothesis, matplotlib, mypy' 2>/dev/
   step "install the dev tools (pytest, hypothesis, ruff, mypy, matplotlib)" \
     "$VENV/bin/pip" install pytest hypothesis ruff mypy matplotlib
 fi
+# transformers builds the zoo's small decoder LLMs (qwen2-2l, ...); it does not depend on torch,
+# so this never pulls one (seconds).
+if ! "$VENV/bin/python" -c 'import transformers' 2>/dev/null; then
+  step "install transformers (the zoo's decoder LLMs)" "$VENV/bin/pip" install "transformers>=5,<6"
+fi
 # Vela compiles for Ethos-U: the demo's Ethos-U targets and the upstream suite's Ethos-U tests.
 if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then
   step "install Vela (ethos-u-vela 5.2.0)" "$VENV/bin/pip" install "ethos-u-vela==5.2.0"

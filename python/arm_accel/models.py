@@ -102,6 +102,59 @@ def build_convnet(seed: int = 0) -> tuple[torch.nn.Module, tuple[torch.Tensor, .
     return model, (torch.randn(1, 3, 32, 32),)
 
 
+# Small decoder LLMs from ``transformers`` configs (issue 13): model type -> config overrides on
+# top of HF_COMMON. Gemma-2's head_dim defaults to 256, so it is pinned to hidden / heads.
+HF_FAMILIES: dict[str, dict[str, Any]] = {
+    "qwen2": {},
+    "llama": {},
+    "phi3": {"pad_token_id": 0},
+    "gemma2": {"head_dim": 16},
+}
+HF_COMMON: dict[str, Any] = {
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+    "use_cache": False,
+}
+
+
+class CausalLMLogits(torch.nn.Module):
+    """A ``transformers`` causal LM returning only its logits tensor, without a KV cache, so
+    ``torch.export`` sees one tensor in and one out."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+def build_hf_decoder(
+    family: str, seq_len: int = 16, seed: int = 0
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A 2-layer ``transformers`` decoder of ``family`` (a key of :data:`HF_FAMILIES`) built
+    with ``from_config`` (no hub access), seeded random weights, eager attention."""
+    try:
+        from transformers import AutoConfig, AutoModelForCausalLM
+    except ImportError as exc:
+        raise ImportError(
+            f"the {family} zoo models need transformers: pip install 'arm-accel[bench]' "
+            "(or pip install transformers; it does not reinstall torch)"
+        ) from exc
+
+    config = AutoConfig.for_model(family, **HF_COMMON, **HF_FAMILIES[family])
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = CausalLMLogits(AutoModelForCausalLM.from_config(config)).eval()
+    tokens = torch.randint(0, config.vocab_size, (1, seq_len))
+    return model, (tokens,)
+
+
 def _zoo() -> dict[str, ModelSpec]:
     zoo: dict[str, ModelSpec] = {}
     for name in ("DSCNNKWSModel", "ResNet8Model", "MobileNetV1025Model", "DeepAutoEncoderModel"):
@@ -117,6 +170,11 @@ def _zoo() -> dict[str, ModelSpec]:
             f"transformer{blocks}", lambda n=blocks: build_synthetic_transformer(n), "FP"
         )
     zoo["convnet"] = ModelSpec("convnet", build_convnet, "FP")
+    for family in HF_FAMILIES:
+        short = "llama-hf" if family == "llama" else family
+        build_family = lambda f=family: build_hf_decoder(f)  # noqa: E731
+        zoo[f"{short}-2l"] = ModelSpec(f"{short}-2l", build_family, "INT")
+        zoo[f"{short}-2l-fp"] = ModelSpec(f"{short}-2l-fp", build_family, "FP")
     return zoo
 
 
