@@ -10,7 +10,7 @@ import sys
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import models, stats
+from arm_accel import counters, models
 
 MODEL = "qwen2-2l"
 
@@ -25,12 +25,12 @@ def test_qwen2_every_pass_identical_to_stock() -> None:
     assert mode == "INT"
     exported = models.export_for_arm(net, inputs, mode)
     stock = lower(exported, mode, accelerated=False)
-    stats.reset()
+    counters.reset()
     accelerated = lower(exported, mode, accelerated=True)
     assert_lowerings_identical(stock, accelerated)
     assert accelerated.tosa, "nothing was delegated to TOSA"
-    records = {k: v for k, v in stats.snapshot().items() if k.endswith(".retrace")}
-    in_place = sum(int(v["accelerated"]) for v in records.values())
+    records = {k: v for k, v in counters.snapshot().items() if k.endswith(".retrace")}
+    in_place = sum(v.accelerated for v in records.values())
     assert in_place > 0, records
 
 
