@@ -271,3 +271,25 @@ def test_random_models_edge_stage_equals_stock(active: None, spec: fm.Spec) -> N
             continue
         diffs = program_differences(stock, ours, separately_exported=True)
         assert diffs == [], f"{mode}: {diffs[:5]}"
+
+
+class _InputNamedInput(torch.nn.Module):
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - the name is the case
+        return torch.relu(input) * 2
+
+
+def test_placeholder_fx_would_rename_declines(active: None) -> None:
+    """export names a placeholder ``input`` directly; a graph built through fx's namespace would
+    call it ``input_1``: the replay declines with that reason (not a replay failure, which
+    strict mode would raise on), and the lowering's TOSA bytes equal stock's."""
+    torch.manual_seed(0)
+    exported = torch.export.export(_InputNamedInput().eval(), (torch.randn(2, 4),))
+    assert any(n.name == "input" for n in exported.graph.nodes)
+    with arm_accel.disabled():
+        stock_bytes = models.tosa_bytes(models.lower(exported, "FP"))
+    counters.reset()
+    ours = models.tosa_bytes(models.lower(exported, "FP"))
+    assert ours == stock_bytes
+    reasons = _fallbacks()
+    assert reasons.get("placeholder input is a name fx renames", 0) >= 1, reasons
+    assert not any(r.startswith("replay failed") for r in reasons), reasons

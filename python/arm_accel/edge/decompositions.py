@@ -172,6 +172,10 @@ def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
         base = node.name.rsplit("_", 1)[0] if node.name[-1:].isdigit() else node.name
         if base in bases or node.name in bases:
             return f"placeholder {node.name} shares a name with an op"
+        # export names placeholders directly; the replay's fx namespace renames builtins
+        # (``input`` becomes ``input_1``)
+        if fx.graph._Namespace().create_name(node.name, None) != node.name:
+            return f"placeholder {node.name} is a name fx renames"
     return None
 
 
