@@ -72,11 +72,12 @@ _LEFT_ATTR = "_arm_accel_left"
 def record_freshness(graph: fx.Graph) -> None:
     """Remember each node's target/args/kwargs/val objects: fx replaces the args containers on
     every edit and passes replace ``meta["val"]``, so identity says "untouched since"."""
-    setattr(
-        graph,
-        _LEFT_ATTR,
-        {n: _Left(n.target, n.args, n.kwargs, n.meta.get("val")) for n in graph.nodes},
-    )
+    setattr(graph, _LEFT_ATTR, {n: _left_now(n) for n in graph.nodes})
+
+
+def _left_now(node: fx.Node) -> _Left:
+    """The node's target/args/kwargs/val objects as they are now."""
+    return _Left(node.target, node.args, node.kwargs, node.meta.get("val"))
 
 
 def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
@@ -86,7 +87,7 @@ def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
     if left is None:
         return
     for n in nodes:
-        left[n] = _Left(n.target, n.args, n.kwargs, n.meta.get("val"))
+        left[n] = _left_now(n)
 
 
 def _left_by(graph: fx.Graph) -> dict[fx.Node, _Left]:
