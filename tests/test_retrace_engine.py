@@ -20,6 +20,7 @@ import torch
 from arm_accel import PassStats, counters, retrace_engine, switch
 from arm_accel.retrace_engine import inplace
 from arm_accel.testing import assert_graphs_identical
+from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir import to_edge
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import ExportPass
@@ -31,6 +32,7 @@ MUL = exir_ops.edge.aten.mul.Tensor
 NEG = exir_ops.edge.aten.neg.default
 RELU = exir_ops.edge.aten.relu.default
 VIEW = exir_ops.edge.aten.view_copy.default
+BMM = exir_ops.edge.aten.bmm.default
 
 
 class Small(torch.nn.Module):
@@ -229,6 +231,35 @@ def test_stale_values_are_dispatched_again(edge_graph: fx.GraphModule) -> None:
     expected, actual = compare(Identity, fresh)
     out = next(n for n in actual.graph.nodes if n.op == "output").args[0][0]
     assert tuple(out.meta["val"].shape) == (2, 16)  # downstream of the view, recomputed
+
+
+class Bmm(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.bmm(x, y))
+
+
+class ArmIdentity(ArmPass):
+    _passes_required_after: set[type] = set()
+
+
+def test_quantized_bmm_keeps_its_node_and_equals_stock() -> None:
+    """A ``bmm`` with ``input_qparams``: ``ArmPass.call_operator`` builds it with its own rule
+    (``_call_quantized_op_without_fake_kernel``, no fake dispatch), in stock a new node on
+    every re-trace. In place, the old node adopts what that method built: identical to stock's
+    re-trace, in place, and the ``bmm`` node object is the one that came in."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(2, 3, 4), torch.randn(2, 4, 5))
+    program = torch.export.export(Bmm().eval(), inputs)
+    graph_module = to_edge(program).exported_program().graph_module
+    bmm = next(n for n in graph_module.graph.nodes if n.target == BMM)
+    bmm.meta["input_qparams"] = {0: "q0", 1: "q1"}
+    counters.reset()
+    expected = stock_retrace(ArmIdentity(), copy.deepcopy(graph_module)).graph_module
+    with retrace_engine.arm_pipeline():
+        actual = ArmIdentity().call(graph_module).graph_module
+    assert_graphs_identical(expected, actual)
+    assert in_place_runs(ArmIdentity) == (1, {})
+    assert next(n for n in actual.graph.nodes if n.target == BMM) is bmm
 
 
 class Raises(ExportPass):

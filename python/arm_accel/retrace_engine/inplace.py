@@ -19,6 +19,10 @@ the inputs' new values). Such a call *claims* the old node instead of creating o
   args, kwargs and value are those our last re-trace of this graph left (``Freshness``) and every
   input's value equals the one it had then; otherwise it is dispatched as stock dispatches it.
 
+``ArmPass`` builds quantized ``bmm``/``leaky_relu`` nodes with a method of its own (no dispatch,
+no ``_fx``): stock's method runs, and when it rebuilt the node being interpreted from its own
+inputs, the old node adopts the new one's meta and value (``_adopt``).
+
 Every other call creates a node as stock does, inserted where stock's creation order puts it.
 Afterwards the nodes no call claimed are erased, every node gets the name stock's fresh
 namespace would give it in creation order (torch's own ``_Namespace``), and the graph is wrapped
@@ -185,8 +189,20 @@ def check_pass(pass_: Any) -> None:
     for name, stock in _stock_methods().items():
         if getattr(cls, name, None) not in stock:
             raise Unsupported(f"overrides {name}")
-    if "_fx" in vars(pass_) or "call_operator" in vars(pass_):
+    if any(attr in vars(pass_) for attr in (*_SHADOWED, "call_operator")):
         raise Unsupported("instance attribute shadows a re-trace method")
+
+
+#: The pass's methods the in-place re-trace shadows with instance attributes while it runs.
+_SHADOWED = ("_fx", "placeholder", "_call_quantized_op_without_fake_kernel")
+
+
+def _stock_quantized_op(pass_: Any) -> bool:
+    """The pass builds quantized ``bmm``/``leaky_relu`` nodes with ``ArmPass``'s own method."""
+    from executorch.backends.arm._passes.arm_pass import ArmPass
+
+    method = getattr(type(pass_), "_call_quantized_op_without_fake_kernel", None)
+    return method is not None and method is ArmPass._call_quantized_op_without_fake_kernel
 
 
 def check_graph(graph_module: fx.GraphModule) -> None:
@@ -442,6 +458,49 @@ class InplaceRetrace:
             return self._claim(node, kind, target, args, kwargs, meta)
         return _ExportPassBase._fx(self.pass_, kind, target, args, kwargs, meta)
 
+    def quantized_op(
+        self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], meta: NodeMetadata
+    ) -> ProxyValue:
+        """``ArmPass._call_quantized_op_without_fake_kernel`` for this re-trace: stock's method
+        builds the node (its own value rule, no dispatch); when it rebuilds the node being
+        interpreted from its own inputs, the old node adopts what it built."""
+        from executorch.backends.arm._passes.arm_pass import ArmPass
+
+        node = self.current
+        rebuilds = (
+            node is not None
+            and node not in self.claimed
+            and node.op == "call_function"
+            and op is node.target
+            and self.fetched is not None
+            and _same_args(args, self.fetched[0])
+            and _same_args(kwargs, self.fetched[1])
+        )
+        result = ArmPass._call_quantized_op_without_fake_kernel(self.pass_, op, args, kwargs, meta)
+        if not rebuilds:
+            return result
+        assert node is not None
+        return self._adopt(node, result)
+
+    def _adopt(self, node: fx.Node, made: ProxyValue) -> ProxyValue:
+        """The old node takes the place of the node a stock method just created for it: that
+        node's meta (written by stock) and creation-order name; the created node goes."""
+        new = made.proxy.node
+        env = self.env
+        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
+            self.journal.set_args(
+                node,
+                map_arg(node.args, lambda i: _node_of(env[i])),
+                map_arg(node.kwargs, lambda i: _node_of(env[i])),
+            )
+        self.journal.set_meta(node, new.meta)
+        self.candidates[node] = self.candidates.pop(new)
+        self.graph.erase_node(new)
+        proxy = ProxyValue(made.data, self.pass_.tracer.proxy(node))
+        self.claimed[node] = proxy
+        self._after_claim(node)
+        return proxy
+
     def placeholder(self, name: str, arg: Any, meta: NodeMetadata) -> ProxyValue:
         """``_ExportPassBase.placeholder``: the new placeholder's meta is the old one's copy."""
         node = self.current
@@ -569,6 +628,8 @@ class InplaceRetrace:
         self.env = interpreter.env = {}
         pass_._fx = self.fx
         pass_.placeholder = self.placeholder
+        if _stock_quantized_op(pass_):
+            pass_._call_quantized_op_without_fake_kernel = self.quantized_op
         graph_create_node = self.graph.create_node
         self.graph._insert = self.insert
 
@@ -596,7 +657,7 @@ class InplaceRetrace:
         finally:
             pass_.tracer = prev_tracer
             pass_.interpreter = prev_interpreter
-            for attr in ("_fx", "placeholder"):
+            for attr in _SHADOWED:
                 pass_.__dict__.pop(attr, None)
         del self.graph.create_node
         self.graph._insert = self.journal._insert
