@@ -486,6 +486,9 @@ def isolated_activation(monkeypatch):
     monkeypatch.setattr(activation, "_warned", set())
     yield
     activation.deactivate()
+    # Re-activate with the test's patches (fake package, versions) undone, or it stays off
+    # for every later test in this process.
+    monkeypatch.undo()
     activation._state.update(saved)
     if was_active:
         activation._state["activated"] = False
