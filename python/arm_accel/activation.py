@@ -298,6 +298,12 @@ def activate(force: bool = False) -> bool:
             else:
                 _swap(name, spec, stock, passes_pkg)
         _install_retrace_engine()
+        from arm_accel import collector
+
+        try:
+            collector.install()
+        except Exception as exc:  # the lowering still runs, collecting as stock does
+            warn_once("skip:collector", "arm_accel: the collector scope stays off: %r", exc)
         from arm_accel.edge import decompositions as edge_decompositions  # issue 17
 
         _state["edge_decompositions"] = edge_decompositions.install_safely()
@@ -361,6 +367,9 @@ def deactivate() -> None:
         from arm_accel.edge import decompositions as edge_decompositions
 
         edge_decompositions.uninstall()
+        from arm_accel import collector
+
+        collector.uninstall()
         _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
         _state["edge_decompositions"] = "not installed"
 

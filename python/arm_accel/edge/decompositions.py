@@ -43,6 +43,7 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
+from arm_accel import collector
 from arm_accel.edge import provenance
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -387,7 +388,8 @@ def install() -> None:
             stack = _stage_stack()
             stack.append(_Stage())
             try:
-                return stock_stage(*args, **kwargs)
+                with collector.lowering():
+                    return stock_stage(*args, **kwargs)
             finally:
                 stack.pop()
 

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from arm_accel import counters, switch
+from arm_accel import collector, counters, switch
 from arm_accel.retrace_engine import codegen
 
 logger = logging.getLogger("arm_accel")
@@ -226,7 +226,7 @@ def arm_pipeline() -> Iterator[None]:
 
 
 def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
-    with arm_pipeline():
+    with arm_pipeline(), collector.lowering():
         return _installed["_transform"](self, *args, **kwargs)
 
 
