@@ -486,13 +486,7 @@ class InplaceRetrace:
         """The old node takes the place of the node a stock method just created for it: that
         node's meta (written by stock) and creation-order name; the created node goes."""
         new = made.proxy.node
-        env = self.env
-        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
-            self.journal.set_args(
-                node,
-                map_arg(node.args, lambda i: _node_of(env[i])),
-                map_arg(node.kwargs, lambda i: _node_of(env[i])),
-            )
+        self._repoint_inputs(node)
         self.journal.set_meta(node, new.meta)
         self.candidates[node] = self.candidates.pop(new)
         self.graph.erase_node(new)
@@ -540,14 +534,7 @@ class InplaceRetrace:
             )
             res_data = getattr(pass_.interpreter, kind)(target, args_data, kwargs_data)
             self.dispatched += kind == "call_function"
-        env = self.env
-        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
-            # Some input was rebuilt: point the args at what the re-trace made of the inputs.
-            self.journal.set_args(
-                node,
-                map_arg(node.args, lambda i: _node_of(env[i])),
-                map_arg(node.kwargs, lambda i: _node_of(env[i])),
-            )
+        self._repoint_inputs(node)
         new_meta = _stock_node_meta(pass_.tracer, node, meta.data)
         self.journal.set_meta(node, new_meta)
         if isinstance(res_data, FakeTensor):
@@ -561,6 +548,16 @@ class InplaceRetrace:
         self.claimed[node] = proxy
         self._after_claim(node)
         return proxy
+
+    def _repoint_inputs(self, node: fx.Node) -> None:
+        """Where some input was rebuilt, point the args at what the re-trace made of them."""
+        env = self.env
+        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
+            self.journal.set_args(
+                node,
+                map_arg(node.args, lambda i: _node_of(env[i])),
+                map_arg(node.kwargs, lambda i: _node_of(env[i])),
+            )
 
     def _after_claim(self, node: fx.Node) -> None:
         # What the same step creates after the claim goes after the claimed node.
