@@ -687,14 +687,13 @@ class InplaceRetrace:
         for node in reversed(self.unclaimed):
             graph.erase_node(node)
         names = _Namespace()
-        position: dict[fx.Node, int] = {}
-        for node in graph.nodes:
-            position[node] = len(position)
+        nodes = list(graph.nodes)
+        for node in nodes:
             name = names.create_name(self.candidates[node], None)
             if node.name != name:
                 node.name = name
         graph._graph_namespace = names
-        _users_in_graph_order(graph, position)
+        order_users(nodes)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
             if node.op == "placeholder":
@@ -705,18 +704,16 @@ class InplaceRetrace:
         return new_gm
 
 
-def _users_in_graph_order(graph: fx.Graph, position: dict[fx.Node, int]) -> None:
-    """Each node's users in graph order, as in stock's re-trace, which creates every user after
-    its inputs (a claimed node keeps its users dict; re-pointed args append to it). Later passes
-    iterate ``node.users``: its order decides what they do first."""
-    for node in graph.nodes:
-        users = node.users
-        if len(users) > 1:
-            keys = list(users)
-            ordered = sorted(keys, key=position.__getitem__)
-            if ordered != keys:
-                users.clear()
-                users.update(dict.fromkeys(ordered))
+def order_users(nodes: list[fx.Node]) -> None:
+    """Each node's users in graph order (``nodes`` in graph order, every user among them), as
+    stock's re-trace leaves them: it creates every user after its inputs, while a node kept in
+    place keeps its users dict and re-pointed args append to it. Later passes iterate
+    ``node.users``: its order decides what they do first."""
+    for node in nodes:
+        node.users.clear()
+    for node in nodes:
+        for inp in node._input_nodes:
+            inp.users[node] = None
 
 
 def _node_of(value: Any) -> fx.Node:
@@ -802,4 +799,11 @@ def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetra
     return PassResult(new_gm, True), engine
 
 
-__all__ = ["InplaceRetrace", "Unsupported", "rebuilt_name_candidate", "retrace", "same_value"]
+__all__ = [
+    "InplaceRetrace",
+    "Unsupported",
+    "order_users",
+    "rebuilt_name_candidate",
+    "retrace",
+    "same_value",
+]

@@ -383,13 +383,8 @@ class VirtualRetracer:
             fake_mode.allow_non_fake_inputs = prev_allow
         # What dispatch gives for these args: a later in-place re-trace may keep it.
         inplace.note_dispatched(graph, dispatched)
-        # A re-trace creates users front to back: users dicts are in graph order.
         before_users = [list(node.users) for node in nodes] if check else []
-        for node in nodes:
-            node.users.clear()
-        for node in nodes:
-            for inp in node._input_nodes:
-                inp.users[node] = None
+        inplace.order_users(nodes)
         if check:
             self.mismatches += sum(
                 old != list(node.users) for old, node in zip(before_users, nodes, strict=True)
