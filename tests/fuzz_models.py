@@ -27,6 +27,12 @@ BINARY = ("add", "mul", "sub")
 MAX_RANK = 6
 MAX_NUMEL = 96
 DIM_SIZES = (1, 1, 1, 2, 2, 3, 4)  # size-1 dims are common on purpose
+LAYOUT = ("permute", "transpose", "reshape", "squeeze", "unsqueeze")
+# A chain's layout ops: permutes and transposes twice as likely (views of tiny shapes are often
+# folded together before the propagation passes run).
+CHAIN_LAYOUT = ("permute", "transpose", *LAYOUT)
+ELEMENTWISE = ("unary", "binary", "const")
+KINDS = (*LAYOUT, *ELEMENTWISE, "mean", "slice", "cat")
 
 
 @dataclass(frozen=True)
@@ -146,30 +152,24 @@ def _reshape_target(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...] 
     return tuple(s)
 
 
-def _draw_op(draw: st.DrawFn, shapes_so_far: list[tuple[int, ...]]) -> Op | None:
-    """One step reading earlier values; None if the drawn kind does not fit the drawn input."""
-    n = len(shapes_so_far)
-    # Prefer recent values (chains) but reach back to make fan-outs and diamonds.
-    src = n - 1 - draw(st.integers(0, n - 1))
+def _draw_src(draw: st.DrawFn, n: int) -> int:
+    # Shrinks toward the latest value (chains); reaches back for fan-outs and diamonds.
+    return n - 1 - draw(st.integers(0, n - 1))
+
+
+def _draw_op(
+    draw: st.DrawFn,
+    shapes_so_far: list[tuple[int, ...]],
+    src: int | None = None,
+    kinds: tuple[str, ...] = KINDS,
+) -> Op | None:
+    """One step of a kind in ``kinds`` reading ``src`` (drawn if None) and maybe other earlier
+    values; None if the drawn kind does not fit the input."""
+    if src is None:
+        src = _draw_src(draw, len(shapes_so_far))
     shape = shapes_so_far[src]
     rank = len(shape)
-    kind = draw(
-        st.sampled_from(
-            (
-                "permute",
-                "transpose",
-                "reshape",
-                "squeeze",
-                "unsqueeze",
-                "unary",
-                "binary",
-                "const",
-                "mean",
-                "slice",
-                "cat",
-            )
-        )
-    )
+    kind = draw(st.sampled_from(kinds))
     if kind == "permute":
         return Op(kind, (src,), (tuple(draw(st.permutations(range(rank)))),))
     if kind == "transpose":
@@ -235,9 +235,39 @@ def shape_of(op: Op, shapes_so_far: list[tuple[int, ...]]) -> tuple[int, ...]:
     return tuple(apply(op, metas, const).shape)
 
 
+def _fits(shape: tuple[int, ...]) -> bool:
+    return 1 <= len(shape) <= MAX_RANK and math.prod(shape) <= MAX_NUMEL
+
+
+def _draw_chain(draw: st.DrawFn, all_shapes: list[tuple[int, ...]], room: int) -> list[Op]:
+    """Up to ``room`` steps: 2-6 layout ops (permute/view/transpose/squeeze/unsqueeze) one
+    after another on the same value, each maybe followed by an elementwise op. Stock's scan
+    leaves the region downstream of a node it moved for the next scan, so the propagation
+    passes move such a chain's ops over several scans: the runs where the native planner models
+    the re-trace between scans. Appends the new values' shapes to ``all_shapes``."""
+    ops: list[Op] = []
+    src = _draw_src(draw, len(all_shapes))
+    for _ in range(draw(st.integers(2, 6))):
+        between = draw(st.integers(0, 3)) != 0  # shrinks toward none
+        for kinds in (CHAIN_LAYOUT, ELEMENTWISE) if between else (CHAIN_LAYOUT,):
+            if len(ops) >= room:
+                return ops
+            op = _draw_op(draw, all_shapes, src, kinds)
+            if op is None:
+                continue
+            shape = shape_of(op, all_shapes)
+            if not _fits(shape):
+                continue
+            ops.append(op)
+            all_shapes.append(shape)
+            src = len(all_shapes) - 1
+    return ops
+
+
 @st.composite
-def specs(draw: st.DrawFn, max_ops: int = 8) -> Spec:
-    """A random :class:`Spec` with 1-2 inputs, 1-``max_ops`` steps and 1-3 outputs."""
+def specs(draw: st.DrawFn, max_ops: int = 12) -> Spec:
+    """A random :class:`Spec` with 1-2 inputs, 1-``max_ops`` steps and 1-3 outputs; about
+    half of the steps draw a chain of layout ops (:func:`_draw_chain`) instead of one op."""
     inputs = tuple(tuple(s) for s in draw(st.lists(shapes, min_size=1, max_size=2)))
     all_shapes = list(inputs)
     ops: list[Op] = []
@@ -245,11 +275,14 @@ def specs(draw: st.DrawFn, max_ops: int = 8) -> Spec:
     attempts = 0
     while len(ops) < n_ops and attempts < 4 * max_ops:
         attempts += 1
+        if draw(st.booleans()):  # shrinks toward single ops
+            ops.extend(_draw_chain(draw, all_shapes, n_ops - len(ops)))
+            continue
         op = _draw_op(draw, all_shapes)
         if op is None:
             continue
         shape = shape_of(op, all_shapes)
-        if not 1 <= len(shape) <= MAX_RANK or math.prod(shape) > MAX_NUMEL:
+        if not _fits(shape):
             continue
         ops.append(op)
         all_shapes.append(shape)
@@ -287,9 +320,18 @@ settings.register_profile(
 
 
 def fuzz_settings() -> settings:
-    """``ARM_ACCEL_FUZZ=long`` selects the long-run profile; the default is the CI subset."""
-    long_run = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
-    return settings.get_profile("fuzz-long" if long_run else "fuzz-ci")
+    """``ARM_ACCEL_FUZZ=long`` selects the long-run profile; the default is the CI subset.
+    ``ARM_ACCEL_FUZZ_EXAMPLES=N`` overrides the long profile's ``max_examples`` (shards of a
+    complete profile)."""
+    if os.environ.get("ARM_ACCEL_FUZZ", "").lower() != "long":
+        return settings.get_profile("fuzz-ci")
+    profile = settings.get_profile("fuzz-long")
+    examples = os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES")
+    if not examples:
+        return profile
+    if not examples.isdigit() or int(examples) < 1:
+        raise ValueError(f"ARM_ACCEL_FUZZ_EXAMPLES must be a positive integer, not {examples!r}")
+    return settings(profile, max_examples=int(examples))
 
 
 def log_example(spec: Spec) -> None:

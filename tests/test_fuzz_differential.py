@@ -33,7 +33,7 @@ from arm_accel import PassStats, Stats, counters, models, switch
 from arm_accel.devtools import capture
 from arm_accel.testing import assert_graphs_equal
 from fuzz_models import Op, Spec
-from hypothesis import given
+from hypothesis import given, settings
 from pipeline_diff import assert_passes_identical, record_passes
 from torch import fx
 
@@ -253,13 +253,33 @@ def test_split_lowering_equals_the_user_path(mode: str) -> None:
     assert split.tosa == models.tosa_bytes(models.lower(copy.deepcopy(program), mode))
 
 
+def test_fuzz_examples_overrides_the_long_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ARM_ACCEL_FUZZ_EXAMPLES`` sets the long profile's example count and nothing else; the
+    CI profile ignores it; a bad value raises naming the variable."""
+    monkeypatch.setenv("ARM_ACCEL_FUZZ_EXAMPLES", "1000")
+    monkeypatch.setenv("ARM_ACCEL_FUZZ", "long")
+    long_profile = settings.get_profile("fuzz-long")
+    chosen = fm.fuzz_settings()
+    assert chosen.max_examples == 1000 != long_profile.max_examples
+    assert chosen.phases == long_profile.phases and chosen.deadline is None
+    monkeypatch.setenv("ARM_ACCEL_FUZZ", "")
+    assert fm.fuzz_settings().max_examples == settings.get_profile("fuzz-ci").max_examples
+    monkeypatch.setenv("ARM_ACCEL_FUZZ", "long")
+    monkeypatch.setenv("ARM_ACCEL_FUZZ_EXAMPLES", "ten")
+    with pytest.raises(ValueError, match="ARM_ACCEL_FUZZ_EXAMPLES"):
+        fm.fuzz_settings()
+
+
 def test_strategy_draws_the_promised_shapes() -> None:
-    """The generator reaches every op kind, ranks 1 and 6, and several outputs."""
-    from hypothesis import HealthCheck, settings
+    """The generator reaches every op kind, ranks 1 and 6, several outputs, and in a quarter of
+    the specs chains of >= 3 layout ops each reading the one before, maybe through an elementwise
+    op (the multi-scan propagation runs; session 7's chain step: 154 of these 300, 31 before)."""
+    from hypothesis import HealthCheck
 
     seen_kinds: set[str] = set()
     ranks: set[int] = set()
     multi = [False]
+    long_chains = [0]
 
     @settings(max_examples=300, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(spec=fm.specs())
@@ -267,6 +287,7 @@ def test_strategy_draws_the_promised_shapes() -> None:
         seen_kinds.update(op.kind for op in spec.ops)
         ranks.update(len(s) for s in spec.inputs)
         multi[0] |= len(spec.outputs) > 1
+        long_chains[0] += _longest_layout_chain(spec) >= 3
         fm.build(spec)[0](*fm.build(spec)[1])  # runs eagerly
 
     probe()
@@ -276,3 +297,19 @@ def test_strategy_draws_the_promised_shapes() -> None:
     }  # fmt: skip
     assert {1, 6} <= ranks
     assert multi[0]
+    assert long_chains[0] >= 75, long_chains[0]
+
+
+def _longest_layout_chain(spec: Spec) -> int:
+    """Most layout ops on one path where each reads the previous value, optionally through one
+    elementwise op."""
+    first = len(spec.inputs)
+    kinds = {first + k: op.kind for k, op in enumerate(spec.ops)}
+    depth: dict[int, int] = {}  # value -> layout ops on the chain ending at it
+    for k, op in enumerate(spec.ops):
+        src = op.args[0]
+        if op.kind in fm.LAYOUT:
+            depth[first + k] = depth.get(src, 0) + 1
+        elif op.kind in fm.ELEMENTWISE and kinds.get(src) in fm.LAYOUT:
+            depth[first + k] = depth.get(src, 0)
+    return max(depth.values(), default=0)
