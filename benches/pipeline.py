@@ -115,8 +115,13 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
             bottom = 0.0
             for k, part in enumerate(PARTS):
                 value = r[f"{part} {side}"]
-                ax.bar(2.5 * i + j, value, bottom=bottom, color=f"C{k}",
-                       label=part if i == 0 and j == 0 else None)
+                ax.bar(
+                    2.5 * i + j,
+                    value,
+                    bottom=bottom,
+                    color=f"C{k}",
+                    label=part if i == 0 and j == 0 else None,
+                )
                 bottom += value
             labels.append((2.5 * i + j, f"{r['model']}\n{side}"))
     ax.set_xticks([x for x, _ in labels], [t for _, t in labels], fontsize=8)

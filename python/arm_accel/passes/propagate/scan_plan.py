@@ -93,6 +93,7 @@ class Special(enum.IntEnum):
 
     INT48 = _SPECIAL["INT48"]
 
+
 # The methods whose behaviour the planner reproduces: a pass resolving any of them elsewhere
 # than the reference stock class is not planned.
 _RULES = (
@@ -395,9 +396,7 @@ def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[_native.Edit])
             args, pos, values = node.args, edit.pos, edit.values
             node.args = (*args[:pos], *values, *args[pos + len(values) :])
         elif kind is _native.MoveEdit:
-            pass_._move_node(
-                nodes[edit.node], nodes[edit.frontier], nodes[edit.previous_frontier]
-            )
+            pass_._move_node(nodes[edit.node], nodes[edit.frontier], nodes[edit.previous_frontier])
         elif kind is _native.CatFanoutEdit:
             cat, created = nodes[edit.cat], edit.created
             if not pass_._maybe_split_upwards_cat_fanout(nodes[edit.node], cat):
@@ -554,9 +553,7 @@ def run_scans(
             counters.record_scan(name, None)
             modified |= step.modified
             if step.after is not None:
-                mirror_retrace(
-                    graph_module.graph, nodes, step.after, provenance_pass_name(pass_)
-                )
+                mirror_retrace(graph_module.graph, nodes, step.after, provenance_pass_name(pass_))
     counters.record_scan_run(name)
     return ScanRun(modified, fixed_point, len(scans), model_at_end)
 
