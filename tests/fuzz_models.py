@@ -239,6 +239,24 @@ def _fits(shape: tuple[int, ...]) -> bool:
     return 1 <= len(shape) <= MAX_RANK and math.prod(shape) <= MAX_NUMEL
 
 
+def _draw_step(
+    draw: st.DrawFn,
+    all_shapes: list[tuple[int, ...]],
+    src: int | None = None,
+    kinds: tuple[str, ...] = KINDS,
+) -> Op | None:
+    """One op (see :func:`_draw_op`) whose value fits the size bounds, its shape appended to
+    ``all_shapes``; None (nothing appended) if the draw does not fit."""
+    op = _draw_op(draw, all_shapes, src, kinds)
+    if op is None:
+        return None
+    shape = shape_of(op, all_shapes)
+    if not _fits(shape):
+        return None
+    all_shapes.append(shape)
+    return op
+
+
 def _draw_chain(draw: st.DrawFn, all_shapes: list[tuple[int, ...]], room: int) -> list[Op]:
     """Up to ``room`` steps: 2-6 layout ops (permute/view/transpose/squeeze/unsqueeze) one
     after another on the same value, each maybe followed by an elementwise op. Stock's scan
@@ -252,14 +270,10 @@ def _draw_chain(draw: st.DrawFn, all_shapes: list[tuple[int, ...]], room: int) -
         for kinds in (CHAIN_LAYOUT, ELEMENTWISE) if between else (CHAIN_LAYOUT,):
             if len(ops) >= room:
                 return ops
-            op = _draw_op(draw, all_shapes, src, kinds)
+            op = _draw_step(draw, all_shapes, src, kinds)
             if op is None:
                 continue
-            shape = shape_of(op, all_shapes)
-            if not _fits(shape):
-                continue
             ops.append(op)
-            all_shapes.append(shape)
             src = len(all_shapes) - 1
     return ops
 
@@ -278,14 +292,9 @@ def specs(draw: st.DrawFn, max_ops: int = 12) -> Spec:
         if draw(st.booleans()):  # shrinks toward single ops
             ops.extend(_draw_chain(draw, all_shapes, n_ops - len(ops)))
             continue
-        op = _draw_op(draw, all_shapes)
-        if op is None:
-            continue
-        shape = shape_of(op, all_shapes)
-        if not _fits(shape):
-            continue
-        ops.append(op)
-        all_shapes.append(shape)
+        op = _draw_step(draw, all_shapes)
+        if op is not None:
+            ops.append(op)
     if not ops:
         ops.append(Op("unary", (0,), ("relu",)))
         all_shapes.append(inputs[0])
