@@ -445,18 +445,27 @@ class InplaceRetrace:
     ) -> ProxyValue:
         """``_ExportPassBase._fx`` for this re-trace: claim the node being interpreted when the
         call rebuilds it as it was, else stock's ``_fx``."""
+        node = self._being_rebuilt(kind, args, kwargs)
+        if node is not None and (target is node.target or _retargetable(kind, target)):
+            return self._claim(node, kind, target, args, kwargs, meta)
+        return _ExportPassBase._fx(self.pass_, kind, target, args, kwargs, meta)
+
+    def _being_rebuilt(
+        self, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> fx.Node | None:
+        """The node being interpreted, unclaimed, when a call of this kind with these args is
+        built from its own inputs (the caller checks the target)."""
         node = self.current
         if (
             node is not None
             and node not in self.claimed
             and kind == node.op
-            and (target is node.target or _retargetable(kind, target))
             and self.fetched is not None
             and _same_args(args, self.fetched[0])
             and _same_args(kwargs, self.fetched[1])
         ):
-            return self._claim(node, kind, target, args, kwargs, meta)
-        return _ExportPassBase._fx(self.pass_, kind, target, args, kwargs, meta)
+            return node
+        return None
 
     def quantized_op(
         self, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], meta: NodeMetadata
@@ -466,20 +475,10 @@ class InplaceRetrace:
         interpreted from its own inputs, the old node adopts what it built."""
         from executorch.backends.arm._passes.arm_pass import ArmPass
 
-        node = self.current
-        rebuilds = (
-            node is not None
-            and node not in self.claimed
-            and node.op == "call_function"
-            and op is node.target
-            and self.fetched is not None
-            and _same_args(args, self.fetched[0])
-            and _same_args(kwargs, self.fetched[1])
-        )
+        node = self._being_rebuilt("call_function", args, kwargs)
         result = ArmPass._call_quantized_op_without_fake_kernel(self.pass_, op, args, kwargs, meta)
-        if not rebuilds:
+        if node is None or op is not node.target:
             return result
-        assert node is not None
         return self._adopt(node, result)
 
     def _adopt(self, node: fx.Node, made: ProxyValue) -> ProxyValue:
