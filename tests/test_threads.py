@@ -254,22 +254,28 @@ def test_disabled_is_scoped_to_its_thread() -> None:
         def accel_apply(self, graph_module: Any, plan: Any, journal: Any) -> str:
             return "accelerated"
 
-    inside, done = threading.Barrier(2), threading.Barrier(2)
+    # A timeout: a thread that raised fails the test instead of leaving the other one waiting.
+    inside, done = threading.Barrier(2, timeout=120), threading.Barrier(2, timeout=120)
     seen: dict[str, Any] = {}
+    # Traced here, not in the threads: symbolic_trace patches torch globals while it traces,
+    # so two threads tracing at once may break each other. (A CI dry run hung here once: the
+    # "off" thread died before ``done``, its exception unseen; concurrent tracing is the
+    # suspect, not proven.)
+    graphs = [torch.fx.symbolic_trace(torch.nn.ReLU()) for _ in range(3)]
 
     def off() -> None:
         with switch.disabled():
             inside.wait()  # the other thread runs while this block is open
-            seen["off"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+            seen["off"] = Accel().call(graphs[0])
             switch.set_enabled(True)  # the block's own setting...
-            seen["off_reenabled"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+            seen["off_reenabled"] = Accel().call(graphs[1])
             switch.set_enabled(False)
             done.wait()
         seen["off_accelerated"] = counters.accelerated_in_this_thread("ScopedSwitchPass")
 
     def on() -> None:
         inside.wait()
-        seen["on"] = Accel().call(torch.fx.symbolic_trace(torch.nn.ReLU()))
+        seen["on"] = Accel().call(graphs[2])
         seen["on_enabled"] = switch.is_enabled()
         done.wait()
         seen["on_accelerated"] = counters.accelerated_in_this_thread("ScopedSwitchPass")
