@@ -5,7 +5,9 @@ Runs ``tests/test_fuzz_differential.py -k random_models`` under ``ARM_ACCEL_FUZZ
 CPU seconds, how many examples the log lists (``ARM_ACCEL_FUZZ_LOG``, default ``OUT.log``),
 ``arm_accel.stats()`` at the end -- mispredictions are ``shape_mismatches`` and ``misprediction``
 fallbacks of the two propagation passes -- and per propagation pass how many native runs planned
-1, 2, ... scans (``scan_runs_by_scans``: the between-scan model is only exercised by runs of >= 2).
+1, 2, ... scans (``scan_runs_by_scans``: the between-scan model is only exercised by runs of >= 2),
+and how many lowerings raised in stock and accelerated alike (``both_raised``; the log has each
+error on an ``outcome:`` line after its example).
 Also written when interrupted (``timeout -s INT``). ``ARM_ACCEL_FUZZ_EXAMPLES=N`` sets the
 shard's number of examples (the profile's 2000 otherwise).
 Strict by default, as the suite; ``ARM_ACCEL_STRICT=0`` lets failures fall back (and be counted).
@@ -79,7 +81,12 @@ def main(out: str, seed: int) -> int:
         "strict": os.environ["ARM_ACCEL_STRICT"],
         "wall_s": round(time.perf_counter() - wall, 1),
         "cpu_s": round(time.process_time() - cpu, 1),
-        "examples_logged": len(log.read_text().splitlines()) if log.exists() else 0,
+        "examples_logged": sum("Spec(" in line for line in log.read_text().splitlines())
+        if log.exists()
+        else 0,
+        "both_raised": sum("outcome: " in line for line in log.read_text().splitlines())
+        if log.exists()
+        else 0,
         "stats": arm_accel.stats().as_dict(),
         "scan_runs_by_scans": {name: dict(sorted(c.items())) for name, c in runs.items()},
     }

@@ -349,3 +349,12 @@ def log_example(spec: Spec) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{time.strftime('%H:%M:%S')} {spec!r}\n")
+
+
+def log_outcome(text: str) -> None:
+    """Append an example's outcome worth a look (both lowerings raised) to the same log, on a
+    line of its own that ``benches/fuzz_shard.py`` does not count as an example."""
+    path = os.environ.get("ARM_ACCEL_FUZZ_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')}   outcome: {text}\n")

@@ -123,6 +123,8 @@ def check_spec(spec: Spec, modes: tuple[str, ...] = ("FP", "INT")) -> None:
         ours = lower_once(edge, mode, accelerated=True)
         compare(stock, ours, mode)
         assert_fast_path_ran(before, counters.snapshot(), ours, mode)
+        if stock.error is not None:
+            fm.log_outcome(f"{mode}: both raised {type(stock.error).__name__}: {stock.error}"[:300])
 
 
 def _delta(before: Stats, after: Stats, key: str) -> Counter[str]:
