@@ -17,7 +17,9 @@
 # with a recorded stock run instead: every run writes its failure set to $UPSTREAM_OUT/failures.txt,
 # and UPSTREAM_STOCK_FAILURES=<that file of a stock run> makes it the expected set.
 # Env: ARM_ACCEL_VENV (project venv), UPSTREAM_TIMEOUT (seconds, default 7200),
-#      UPSTREAM_OUT (directory for log/report, default a temp dir), UPSTREAM_STOCK_FAILURES.
+#      UPSTREAM_OUT (directory for log/report, default a temp dir), UPSTREAM_STOCK_FAILURES,
+#      UPSTREAM_TESTS_FILE (UPSTREAM_SET=ops only: run these node ids, relative to test/ops,
+#      instead of the whole set; to shard the long run or resume an interrupted one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${ARM_ACCEL_VENV:-$HOME/.cache/arm-accel/venv}
@@ -56,7 +58,14 @@ case "${UPSTREAM_SET:-passes}" in
     # test_transpose_conv2d.py does `import conftest` (the test directory's); the package import
     # pytest uses does not put that directory on sys.path.
     EXTRA_PATH="$TESTS"
-    ARGS=("$TESTS/ops" -k "tosa_FP or tosa_INT") ;;
+    if [ -n "${UPSTREAM_TESTS_FILE:-}" ]; then
+      # A shard or the rest of an interrupted long run: node ids, one per line, relative to
+      # the ops directory (`pytest --co -q` there prints them so).
+      sed "s|^|$TESTS/ops/|" "$UPSTREAM_TESTS_FILE" >"$OUT/tests.txt"
+      ARGS=("@$OUT/tests.txt")
+    else
+      ARGS=("$TESTS/ops" -k "tosa_FP or tosa_INT")
+    fi ;;
   *) echo "unknown UPSTREAM_SET=$UPSTREAM_SET" >&2; exit 2 ;;
 esac
 if [ "${UPSTREAM_SET:-passes}" != passes ] && [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
