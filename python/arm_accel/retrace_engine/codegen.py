@@ -5,9 +5,10 @@ Each pass of the Arm pipeline recompiles its graph module two or three times (th
 so most recompiles regenerate the very source they generated before. ``Graph.python_code`` is
 memoised per graph on what the generated source is made of (``source_key``: every node by
 identity with its name, op, target, args and kwargs containers by identity, type annotation,
-and the meta the code generator writes into comments), and the compiled ``forward`` on the
-source and its globals. Anything else (another code generator, a verbose or
-profiler-instrumented request, unhashable targets) is generated as stock generates it."""
+and the meta the code generator reads: its comments, ``is_wrapped``), and the compiled
+``forward`` on the source and its globals. Anything else (another code generator, a verbose or
+profiler-instrumented request, ``FX_GRAPH_SHOW_META``, whose comments hold every meta value,
+unhashable targets) is generated as stock generates it."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from torch import fx
 _CACHE_SIZE = 64
 #: Environment variables ``_gen_python_code`` reads.
 _ENV = ("FX_GRAPH_SHOW_STRIDE", "FX_GRAPH_SHOW_DEVICE", "FX_GRAPH_SHOW_META")
+#: With it set the generated comments hold every meta value, which the key does not cover.
+_SHOW_META = "FX_GRAPH_SHOW_META"
 _lock = threading.Lock()
 #: Sources remembered per graph: a pass recompiles the graph it left a few times in a row.
 _GRAPH_CACHE_SIZE = 4
@@ -67,6 +70,7 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
                 repr(custom) if custom else None,
                 meta.get("recompute"),
                 meta.get("ac_graph_id"),
+                meta.get("is_wrapped"),
             )
         )
     return tuple(key), alive
@@ -101,7 +105,7 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
     """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
         return stock(graph, root_module, **kwargs)
-    if type(graph._codegen) is not fx.graph.CodeGen:
+    if type(graph._codegen) is not fx.graph.CodeGen or os.environ.get(_SHOW_META) == "1":
         return stock(graph, root_module, **kwargs)
     try:
         nodes_key, alive = source_key(graph)
