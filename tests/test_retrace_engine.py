@@ -332,9 +332,12 @@ def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch
     """Every recompile of an accelerated llama1 lowering: the source (and globals) the memo
     returns equals what ``Graph.python_code`` generates for that graph right then; the memo
     served most recompiles of real graphs (a pass's tracer starts from new, empty graphs, which
-    the per-graph memo cannot have seen)."""
+    the per-graph memo cannot have seen). Recompiles run at once here (``deferred`` off): with
+    it on, the memo serves only code generated on use."""
     from arm_accel import models
-    from arm_accel.retrace_engine import codegen
+    from arm_accel.retrace_engine import codegen, deferred
+
+    monkeypatch.setattr(deferred, "deferrable", lambda gm: False)
 
     calls = {"checked": 0, "graphs": 0, "served": 0}
     remembered = codegen.python_code

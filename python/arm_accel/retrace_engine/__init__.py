@@ -25,7 +25,7 @@ import torch
 from torch import fx
 
 from arm_accel import collector, counters, switch
-from arm_accel.retrace_engine import codegen
+from arm_accel.retrace_engine import codegen, deferred
 
 logger = logging.getLogger("arm_accel")
 
@@ -227,7 +227,11 @@ def arm_pipeline() -> Iterator[None]:
 
 def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
     with arm_pipeline(), collector.lowering():
-        return _installed["_transform"](self, *args, **kwargs)
+        result = _installed["_transform"](self, *args, **kwargs)
+    # What leaves the pipeline has its code (``deferred``: other modules get it when used).
+    if isinstance(result, fx.GraphModule):
+        deferred.materialize(result)
+    return result
 
 
 def _python_code(graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
@@ -244,11 +248,21 @@ def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None)
     return codegen.forward_from_src(stock, src, globals_, co_fields)
 
 
+def _recompile(self: fx.GraphModule) -> Any:
+    # In the pipeline the code is generated when first used (``deferred``), else at once.
+    if _in_arm_pipeline() and switch.is_enabled() and deferred.deferrable(self):
+        return deferred.defer(self)
+    deferred.drop(self)
+    return _installed["recompile"](self)
+
+
 def _generate_edge_program(*args: Any, **kwargs: Any) -> Any:
     # to_edge's own ExportPass passes (OpReplacePass, MemoryFormatOpsPass, ...): the engine
     # serves them as it serves the Arm pipeline's.
     with arm_pipeline():
-        return _installed["_generate_edge_program"](*args, **kwargs)
+        program = _installed["_generate_edge_program"](*args, **kwargs)
+    deferred.materialize(program.graph_module)
+    return program
 
 
 def _targets() -> list[tuple[Any, str, Any]]:
@@ -264,6 +278,13 @@ def _targets() -> list[tuple[Any, str, Any]]:
         (_program, "_generate_edge_program", _generate_edge_program),
         (fx.Graph, "python_code", _python_code),
         (torch.fx.graph_module, "_forward_from_src", _forward_from_src),
+        (fx.GraphModule, "recompile", _recompile),
+        (fx.GraphModule, "__reduce__", deferred.reducer(fx.GraphModule.__reduce__)),
+        (
+            fx.GraphModule,
+            "__reduce_package__",
+            deferred.reducer(fx.GraphModule.__reduce_package__),
+        ),
     ]
 
 

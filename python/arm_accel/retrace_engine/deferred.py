@@ -1,0 +1,311 @@
+"""Recompiles deferred until their code is used (issue 13).
+
+Inside the Arm pipeline ``GraphModule.recompile()`` runs after every pass (the re-trace's new
+module, the pass manager, the pass adapter) and generates the module's source and compiles its
+``forward``; the next pass edits the graph and recompiles again, and nothing in between reads
+the code (llama4 INT: 204 recompiles in the pipeline, none read before the next). Here a
+recompile does at once what is cheap (the pytree specs, the call wrapper) and records what the
+code would be generated from: the :class:`Snapshot`, i.e. the codegen's inputs
+(:func:`codegen.source_key`: every node's name, op, target, args/kwargs containers, type
+annotation and the meta the generator writes; the code generator and its pytree info; the
+``co_fields``). The code is generated, exactly as stock's recompile would have generated it at
+that moment, on first use: ``forward`` (instance or class), ``_code`` / ``code`` / ``str()``,
+``_lineno_map``, ``_prologue_start``, pickling, the value ``recompile()`` returned, and for
+the module leaving the pipeline (``ArmPassManager._transform``'s result, the program of
+``_generate_edge_program``) at its end, so that what a user gets back is as stock's, down to the
+module's ``__dict__``. Nothing else reads them: an intermediate module whose code is never used
+never has it generated (llama4: none of the 204). When the graph
+still matches the snapshot the code comes from the graph; when it was edited since without a
+recompile (stock's code would be the old one) it comes from a copy of the graph rebuilt from
+the snapshot.
+
+Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses,
+modules with GraphModule children (stock recompiles those too), other code generators,
+``FX_GRAPH_SHOW_META`` (its comments hold every meta value) and profiler metadata.
+
+One difference, on error paths only: a graph whose code cannot be generated (stock's recompile
+raises) raises when its code is first used, or not at all when a later recompile supersedes it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import fx
+from torch.fx import graph_module as fx_graph_module
+from torch.fx.experimental import _config as fx_experimental_config
+from torch.fx.graph import CodeGen, PythonCode, _PyTreeCodeGen
+
+from arm_accel.retrace_engine import codegen
+
+#: The attributes stock's recompile sets on the module that are read back as they were set.
+LAZY_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start")
+_CODEGENS = (CodeGen, _PyTreeCodeGen)
+_OWNER = "_arm_accel_owner"
+#: On the module's own class (each GraphModule has one): the snapshot its pending code is to be
+#: generated from. Not on the module (its dict is copied by deepcopy and pickling) and not in a
+#: table (the snapshot references the graph, which references the module).
+_PENDING = "_arm_accel_pending"
+
+_lock = threading.RLock()
+counts = {"deferred": 0, "generated": 0, "from_snapshot": 0}
+
+
+@dataclass(eq=False)
+class Snapshot:
+    """What stock's recompile would generate the code from, taken at the recompile."""
+
+    graph: fx.Graph
+    codegen: Any
+    pytree_info: Any
+    co_fields: dict[str, Any]
+    key: tuple[Any, ...]
+    alive: list[Any]
+    custom: dict[fx.Node, dict[Any, Any]]
+    code: PythonCode | None = field(default=None)
+
+
+def deferrable(gm: fx.GraphModule) -> bool:
+    """Whether a recompile of ``gm`` may be deferred (see the module docstring)."""
+    cls = type(gm)
+    # Every GraphModule has a class of its own (``GraphModule.__new__``), named by __init__.
+    if cls.__qualname__.split(".")[-1] != "GraphModuleImpl" or cls.__mro__[1] is not fx.GraphModule:
+        return False
+    graph = gm.__dict__.get("_graph")
+    if graph is None or type(graph._codegen) not in _CODEGENS:
+        return False
+    if fx_experimental_config.enrich_profiler_metadata:
+        return False
+    if os.environ.get("FX_GRAPH_SHOW_META", "0") == "1":
+        return False
+    return not any(isinstance(m, fx.GraphModule) for m in gm._modules.values())
+
+
+def _co_fields(graph: fx.Graph) -> dict[str, Any]:
+    return dict(graph._co_fields) if hasattr(graph, "_co_fields") else {}
+
+
+def snapshot(graph: fx.Graph) -> Snapshot:
+    key, alive = codegen.source_key(graph)
+    custom = {n: dict(n.meta["custom"]) for n in graph.nodes if n.meta.get("custom")}
+    gen = graph._codegen
+    return Snapshot(
+        graph, gen, getattr(gen, "pytree_info", None), _co_fields(graph), key, alive, custom
+    )
+
+
+def _matches(graph: fx.Graph, snap: Snapshot) -> bool:
+    """The graph is as the snapshot recorded it (so its code is the snapshot's)."""
+    gen = graph._codegen
+    return (
+        graph is snap.graph
+        and gen is snap.codegen
+        and getattr(gen, "pytree_info", None) is snap.pytree_info
+        and _co_fields(graph) == snap.co_fields
+        and codegen.source_key(graph)[0] == snap.key
+    )
+
+
+def rebuild(snap: Snapshot) -> fx.Graph:
+    """A graph whose generated code is the snapshot's: its nodes, names, args, types and the
+    meta the generator reads, as they were."""
+    graph = fx.Graph()
+    gen = snap.codegen
+    if getattr(gen, "pytree_info", None) is not snap.pytree_info:
+        gen = copy.copy(gen)  # the generator as it was, with the pytree info it had then
+        gen.pytree_info = snap.pytree_info
+    graph._codegen = gen
+    if snap.co_fields:
+        graph._co_fields = dict(snap.co_fields)
+    env: dict[fx.Node, fx.Node] = {}
+    for entry, (node, args, kwargs) in zip(snap.key, snap.alive, strict=True):
+        _, name, op, target, _, _, type_, stack_trace, _, recompute, ac_graph_id, wrapped = entry
+        if isinstance(target, tuple):  # ("str", name): how the key holds string targets
+            target = target[1]
+        new = graph.create_node(
+            op, target, fx.map_arg(args, env.__getitem__), fx.map_arg(kwargs, env.__getitem__),
+            name=name, type_expr=type_,
+        )  # fmt: skip
+        new.name = name  # the namespace keeps a legal unique name; set it as it was anyway
+        for key, value in (
+            ("stack_trace", stack_trace),
+            ("custom", snap.custom.get(node)),
+            ("recompute", recompute),
+            ("ac_graph_id", ac_graph_id),
+            ("is_wrapped", wrapped),
+        ):
+            if value is not None:
+                new.meta[key] = value
+        env[node] = new
+    return graph
+
+
+def _generate(gm: fx.GraphModule, snap: Snapshot) -> PythonCode:
+    """The code stock's recompile generated when the snapshot was taken."""
+    graph = gm.__dict__.get("_graph")
+    if graph is None or not _matches(graph, snap):
+        counts["from_snapshot"] += 1
+        graph = rebuild(snap)
+    counts["generated"] += 1
+    return graph.python_code(root_module="self", record_func=False)
+
+
+def _install(gm: fx.GraphModule, code: PythonCode, co_fields: dict[str, Any]) -> None:
+    """What stock's recompile sets from the generated code."""
+    d = gm.__dict__
+    d["_code"] = code.src
+    d["_lineno_map"] = code._lineno_map
+    d["_prologue_start"] = code._prologue_start
+    type(gm).forward = fx_graph_module._forward_from_src(code.src, code.globals, co_fields)
+
+
+def pending(gm: fx.GraphModule) -> Snapshot | None:
+    """The snapshot ``gm``'s pending code is to be generated from, if any."""
+    return vars(type(gm)).get(_PENDING)
+
+
+def _take(gm: fx.GraphModule) -> Snapshot | None:
+    snap = pending(gm)
+    if snap is not None:
+        setattr(type(gm), _PENDING, None)
+    return snap
+
+
+def materialize(gm: fx.GraphModule) -> None:
+    """Generate and install ``gm``'s pending code (nothing when none is pending)."""
+    with _lock:
+        snap = _take(gm)
+        if snap is None:
+            return
+        code = _generate(gm, snap)
+        _install(gm, code, snap.co_fields)
+        snap.code = code
+
+
+def drop(gm: fx.GraphModule) -> None:
+    """Forget ``gm``'s pending code: a stock recompile is about to replace it."""
+    with _lock:
+        _take(gm)
+
+
+def code_of(gm: fx.GraphModule, snap: Snapshot) -> PythonCode:
+    """What the recompile that took ``snap`` returned."""
+    with _lock:
+        if pending(gm) is snap:
+            materialize(gm)
+        if snap.code is None:  # superseded by a later recompile before it was used
+            snap.code = _generate(gm, snap)
+        return snap.code
+
+
+class DeferredCode:
+    """The value of a deferred ``recompile()``: stock's ``PythonCode``, generated on use."""
+
+    def __init__(self, gm: fx.GraphModule, snap: Snapshot) -> None:
+        self._gm = gm
+        self._snap = snap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(code_of(self._gm, self._snap), name)
+
+
+class _LazyAttribute:
+    """A module attribute stock's recompile sets: generates pending code before it is read."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            raise AttributeError(self.name)
+        materialize(obj)
+        try:
+            return obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.name] = value
+
+    def __delete__(self, obj: Any) -> None:
+        try:
+            del obj.__dict__[self.name]
+        except KeyError:
+            raise AttributeError(self.name) from None
+
+
+class _LazyForward:
+    """``forward`` of a module with pending code (its class is its own, as for every
+    GraphModule): compiled on first access, through the instance or the class."""
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        cls = objtype if objtype is not None else type(obj)
+        owner = obj
+        if owner is None:
+            ref = vars(cls).get(_OWNER)
+            owner = ref() if ref is not None else None
+        if owner is not None:
+            materialize(owner)
+        fn = vars(cls).get("forward")
+        if fn is self:
+            raise AttributeError("forward")
+        return fn if obj is None else fn.__get__(obj, cls)
+
+
+_FORWARD = _LazyForward()
+
+
+def _make_lazy(gm: fx.GraphModule) -> None:
+    cls = type(gm)
+    for name in LAZY_ATTRIBUTES:
+        if not isinstance(vars(cls).get(name), _LazyAttribute):
+            setattr(cls, name, _LazyAttribute(name))
+    setattr(cls, _OWNER, weakref.ref(gm))
+    cls.forward = _FORWARD  # type: ignore[assignment]
+
+
+def _wrap_call(cls: type) -> None:
+    """Stock recompile's call wrapper (``_WrappedCall``), installed as stock installs it."""
+    cls_call = cls.__call__ if "__call__" in vars(cls) else None
+    if "_wrapped_call" not in vars(cls):
+        cls._wrapped_call = fx_graph_module._WrappedCall(cls, cls_call)  # type: ignore[attr-defined]
+
+    def call_wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapped_call(self, *args, **kwargs)
+
+    cls.__call__ = call_wrapped  # type: ignore[method-assign]
+
+
+def defer(gm: fx.GraphModule) -> DeferredCode:
+    """Stock's recompile with the code generation deferred (``deferrable(gm)`` holds)."""
+    graph = gm._graph
+    if isinstance(graph._codegen, _PyTreeCodeGen):
+        gm._in_spec = graph._codegen.pytree_info.in_spec
+        gm._out_spec = graph._codegen.pytree_info.out_spec
+    snap = snapshot(graph)
+    _make_lazy(gm)
+    _wrap_call(type(gm))
+    with _lock:
+        setattr(type(gm), _PENDING, snap)
+        counts["deferred"] += 1
+    return DeferredCode(gm, snap)
+
+
+def reducer(stock: Callable[..., Any]) -> Callable[..., Any]:
+    """``GraphModule.__reduce__`` / ``__reduce_package__``: they copy the module's dict
+    (``_code`` included) before they recompile, so pending code is generated first."""
+
+    def reduce(self: Any, *args: Any) -> Any:
+        materialize(self)
+        return stock(self, *args)
+
+    reduce.__name__ = stock.__name__
+    reduce.__qualname__ = stock.__qualname__
+    reduce.__doc__ = stock.__doc__
+    return reduce

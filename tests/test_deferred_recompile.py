@@ -1,0 +1,212 @@
+"""Issue 13: recompiles in the Arm pipeline generate their code on first use
+(:mod:`arm_accel.retrace_engine.deferred`), and that code is the code stock's recompile
+generated at the recompile.
+
+Each test runs the same steps twice, with acceleration on inside the pipeline scope and with it
+off (stock's ``GraphModule.recompile``), and compares what a user can read of the module: its
+source, line map, ``str()``, ``forward``'s signature and result, its pickle, the value
+``recompile()`` returned. The deferral counters show the deferred path ran.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import pickle
+from collections.abc import Callable
+from typing import Any
+
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import pytest
+import torch
+from arm_accel import retrace_engine, switch
+from arm_accel.retrace_engine import deferred
+from torch import fx
+
+
+class Net(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x + y) * 2
+
+
+def traced() -> fx.GraphModule:
+    """``Net`` traced, without the placeholders' annotations (strings under this module's
+    ``from __future__ import annotations``, which stock cannot pickle)."""
+    gm = fx.symbolic_trace(Net())
+    for node in gm.graph.nodes:
+        node.type = None
+    gm.recompile()
+    return gm
+
+
+def add_neg(gm: fx.GraphModule) -> None:
+    """An edit: ``neg`` of the last computed value feeds the output."""
+    out = next(n for n in gm.graph.nodes if n.op == "output")
+    last = out.args[0]
+    with gm.graph.inserting_before(out):
+        neg = gm.graph.call_function(torch.neg, (last,))
+    out.args = (neg,)
+
+
+def rename_and_reroute(gm: fx.GraphModule) -> None:
+    """Another edit, of names and args: the relu is renamed and reads ``y`` instead."""
+    relu = next(n for n in gm.graph.nodes if n.target is torch.relu)
+    y = next(n for n in gm.graph.nodes if n.name == "y")
+    relu.name = "renamed_relu"
+    relu.args = (y,)
+
+
+def readable(gm: fx.GraphModule) -> dict[str, Any]:
+    """Everything of ``gm``'s code a user can read, and what its forward computes."""
+    x, y = torch.ones(2, 3), torch.full((2, 3), 2.0)
+    return {
+        "code": gm.code,
+        "lineno_map": gm._lineno_map,
+        "prologue_start": gm._prologue_start,
+        "str": str(gm),
+        "signature": str(inspect.signature(gm.forward)),
+        "class forward": str(inspect.signature(type(gm).forward)),
+        "result": gm(x, y),
+        "pickled code": pickle.loads(pickle.dumps(gm)).code,
+    }
+
+
+def run(steps: Callable[[fx.GraphModule], Any], accelerated: bool) -> tuple[Any, dict[str, Any]]:
+    """``steps`` on a fresh traced module inside the pipeline scope, acceleration on or off;
+    returns what the steps returned and what can be read of the module afterwards."""
+    gm = traced()
+    previous = switch.set_enabled(accelerated)
+    try:
+        with retrace_engine.arm_pipeline():
+            value = steps(gm)
+            return value, readable(gm)
+    finally:
+        switch.set_enabled(previous)
+
+
+def assert_like_stock(steps: Callable[[fx.GraphModule], Any]) -> tuple[Any, dict[str, int]]:
+    """The readable state after ``steps`` equals stock's; returns what the steps returned in
+    the accelerated run and the deferral counters' deltas of that run."""
+    before = dict(deferred.counts)
+    value, ours = run(steps, accelerated=True)
+    delta = {k: deferred.counts[k] - before[k] for k in before}
+    _, stock = run(steps, accelerated=False)
+    assert ours.keys() == stock.keys()
+    for key in ours:
+        if isinstance(ours[key], torch.Tensor):
+            assert torch.equal(ours[key], stock[key]), key
+        else:
+            assert ours[key] == stock[key], key
+    return value, delta
+
+
+def test_deferred_code_is_stocks_code() -> None:
+    """An edit and a recompile: the code is generated only when first read, and is stock's."""
+
+    def steps(gm: fx.GraphModule) -> bool:
+        add_neg(gm)
+        gm.recompile()
+        return deferred.pending(gm) is not None
+
+    pending, delta = assert_like_stock(steps)
+    assert pending
+    # (the pickle round trip recompiles twice more: in __reduce__ and in the loaded module)
+    assert delta["generated"] >= 1 and delta["from_snapshot"] == 0, delta
+
+
+def test_edits_after_the_recompile_keep_the_recompiled_code() -> None:
+    """Edited after the recompile and not recompiled again: stock's code is still the
+    recompiled graph's, and so is ours (rebuilt from the snapshot, as the counter shows)."""
+
+    def steps(gm: fx.GraphModule) -> None:
+        add_neg(gm)
+        gm.recompile()
+        rename_and_reroute(gm)
+        add_neg(gm)
+
+    _, delta = assert_like_stock(steps)
+    assert delta["from_snapshot"] == 1, delta
+
+
+def test_superseded_recompile_returns_its_own_code() -> None:
+    """The value of a recompile that a later recompile superseded is still the code of the
+    graph as it was then (``GraphModule.__reduce__`` reads it so), here read after both."""
+
+    def steps(gm: fx.GraphModule) -> tuple[str, str]:
+        add_neg(gm)
+        first = gm.recompile()
+        rename_and_reroute(gm)
+        second = gm.recompile()
+        return first.src, second.src
+
+    ours, _ = run(steps, accelerated=True)
+    stock, _ = run(steps, accelerated=False)
+    assert ours == stock
+    assert ours[0] != ours[1]
+
+
+def test_copies_of_a_pending_module_are_stocks() -> None:
+    """``copy.deepcopy`` and ``copy.copy`` of a module whose code is pending: the copies'
+    code and results equal stock's copies'."""
+
+    def steps(gm: fx.GraphModule) -> tuple[str, str]:
+        add_neg(gm)
+        gm.recompile()
+        return copy.deepcopy(gm).code, copy.copy(gm).code
+
+    ours, _ = run(steps, accelerated=True)
+    stock, _ = run(steps, accelerated=False)
+    assert ours == stock
+
+
+@pytest.mark.parametrize("case", ["outside the pipeline", "FX_GRAPH_SHOW_META", "submodule"])
+def test_declined_recompiles_run_at_once(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the pipeline scope, with FX_GRAPH_SHOW_META=1, and for a module with a
+    GraphModule child (stock recompiles the child too: that recompile, the child's own, may be
+    deferred), the module's recompile is stock's, at once."""
+    gm = traced()
+    add_neg(gm)
+    if case == "FX_GRAPH_SHOW_META":
+        monkeypatch.setenv("FX_GRAPH_SHOW_META", "1")
+    if case == "submodule":
+        gm.add_submodule("child", traced())
+    before = dict(deferred.counts)
+    if case == "outside the pipeline":
+        gm.recompile()
+    else:
+        with retrace_engine.arm_pipeline():
+            gm.recompile()
+    assert deferred.pending(gm) is None
+    if case == "submodule":
+        assert deferred.counts["deferred"] == before["deferred"] + 1
+        assert deferred.pending(gm.child) is not None
+    else:
+        assert deferred.counts == before
+    assert "neg" in gm.__dict__["_code"]
+
+
+def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every recompile the pipeline deferred in an accelerated llama1 lowering: the code it
+    gives when used (after the lowering: most graphs were edited again by then, so most come
+    from the snapshot) equals what stock's ``Graph.python_code`` generated at the recompile."""
+    from arm_accel import models
+
+    taken: list[tuple[fx.GraphModule, deferred.Snapshot, str]] = []
+    defer = deferred.defer
+
+    def recording(gm: fx.GraphModule) -> deferred.DeferredCode:
+        expected = retrace_engine._installed["python_code"](gm._graph, "self").src
+        result = defer(gm)
+        snap = deferred.pending(gm)
+        assert snap is not None
+        taken.append((gm, snap, expected))
+        return result
+
+    monkeypatch.setattr(deferred, "defer", recording)
+    net, inputs, mode = models.build("llama1")
+    models.lower(models.export_for_arm(net, inputs, mode), mode)
+    before = deferred.counts["from_snapshot"]
+    for gm, snap, expected in taken:
+        assert deferred.code_of(gm, snap).src == expected
+    assert len(taken) > 40, len(taken)
+    assert deferred.counts["from_snapshot"] - before > len(taken) // 2
