@@ -210,3 +210,42 @@ def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.Monk
         assert deferred.code_of(gm, snap).src == expected
     assert len(taken) > 40, len(taken)
     assert deferred.counts["from_snapshot"] - before > len(taken) // 2
+
+
+def with_pytree_codegen(gm: fx.GraphModule) -> None:
+    """Give ``gm`` the pytree code generator torch.export's modules have (flat args in and
+    out as pytrees)."""
+    from torch.fx.graph import _PyTreeCodeGen, _PyTreeInfo
+    from torch.utils import _pytree as pytree
+
+    x, y = torch.ones(2, 3), torch.ones(2, 3)
+    in_spec = pytree.tree_flatten(((x, y), {}))[1]
+    out_spec = pytree.tree_flatten(x)[1]
+    gm.graph._codegen = _PyTreeCodeGen(_PyTreeInfo(["x", "y"], in_spec, out_spec))
+
+
+def test_pytree_info_replaced_after_the_recompile_keeps_the_recompiled_code() -> None:
+    """A pytree code generator whose ``pytree_info`` is replaced after the recompile (in place,
+    on the same generator): stock's code and specs are the recompiled ones, and so are ours
+    (rebuilt from the snapshot with the generator as it was)."""
+    from torch.fx.graph import _PyTreeInfo
+
+    def steps(accelerated: bool) -> tuple[Any, ...]:
+        gm = traced()
+        previous = switch.set_enabled(accelerated)
+        try:
+            with retrace_engine.arm_pipeline():
+                with_pytree_codegen(gm)
+                add_neg(gm)
+                gm.recompile()
+                info = gm.graph._codegen.pytree_info
+                # other argument names and no output spec: both show in the generated code
+                gm.graph._codegen.pytree_info = _PyTreeInfo(["a", "b"], info.in_spec, None)
+                return gm.code, gm._in_spec, gm._out_spec
+        finally:
+            switch.set_enabled(previous)
+
+    before = deferred.counts["from_snapshot"]
+    ours = steps(accelerated=True)
+    assert deferred.counts["from_snapshot"] == before + 1
+    assert ours == steps(accelerated=False)
