@@ -75,18 +75,15 @@ def main(out: str, seed: int) -> int:
         )
     import arm_accel
 
+    lines = log.read_text().splitlines() if log.exists() else []
     report = {
         "rc": int(rc),
         "seed": seed,
         "strict": os.environ["ARM_ACCEL_STRICT"],
         "wall_s": round(time.perf_counter() - wall, 1),
         "cpu_s": round(time.process_time() - cpu, 1),
-        "examples_logged": sum("Spec(" in line for line in log.read_text().splitlines())
-        if log.exists()
-        else 0,
-        "both_raised": sum("outcome: " in line for line in log.read_text().splitlines())
-        if log.exists()
-        else 0,
+        "examples_logged": sum("Spec(" in line for line in lines),
+        "both_raised": sum("outcome: " in line for line in lines),
         "stats": arm_accel.stats().as_dict(),
         "scan_runs_by_scans": {name: dict(sorted(c.items())) for name, c in runs.items()},
     }

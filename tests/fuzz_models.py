@@ -343,18 +343,20 @@ def fuzz_settings() -> settings:
     return settings(profile, max_examples=int(examples))
 
 
-def log_example(spec: Spec) -> None:
-    """Append ``spec`` to the file named by ``ARM_ACCEL_FUZZ_LOG`` (progress of long runs)."""
+def _log(line: str) -> None:
+    """Append a timestamped line to the file named by ``ARM_ACCEL_FUZZ_LOG``, if any."""
     path = os.environ.get("ARM_ACCEL_FUZZ_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')} {spec!r}\n")
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+
+def log_example(spec: Spec) -> None:
+    """Append ``spec`` to the fuzz log (progress of long runs)."""
+    _log(repr(spec))
 
 
 def log_outcome(text: str) -> None:
     """Append an example's outcome worth a look (both lowerings raised) to the same log, on a
     line of its own that ``benches/fuzz_shard.py`` does not count as an example."""
-    path = os.environ.get("ARM_ACCEL_FUZZ_LOG")
-    if path:
-        with open(path, "a") as f:
-            f.write(f"{time.strftime('%H:%M:%S')}   outcome: {text}\n")
+    _log(f"  outcome: {text}")
