@@ -22,8 +22,6 @@ from torch import fx
 _CACHE_SIZE = 64
 #: Environment variables ``_gen_python_code`` reads.
 _ENV = ("FX_GRAPH_SHOW_STRIDE", "FX_GRAPH_SHOW_DEVICE", "FX_GRAPH_SHOW_META")
-#: With it set the generated comments hold every meta value, which the key does not cover.
-_SHOW_META = "FX_GRAPH_SHOW_META"
 _lock = threading.Lock()
 #: Sources remembered per graph: a pass recompiles the graph it left a few times in a row.
 _GRAPH_CACHE_SIZE = 4
@@ -101,11 +99,17 @@ def _graph_memo(graph: fx.Graph) -> OrderedDict[Any, Any]:
     return memo
 
 
+def shows_meta() -> bool:
+    """``FX_GRAPH_SHOW_META=1``: the generated comments then hold every meta value, which
+    :func:`source_key` does not cover."""
+    return os.environ.get("FX_GRAPH_SHOW_META", "0") == "1"
+
+
 def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
     """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
         return stock(graph, root_module, **kwargs)
-    if type(graph._codegen) is not fx.graph.CodeGen or os.environ.get(_SHOW_META) == "1":
+    if type(graph._codegen) is not fx.graph.CodeGen or shows_meta():
         return stock(graph, root_module, **kwargs)
     try:
         nodes_key, alive = source_key(graph)

@@ -30,7 +30,7 @@ raises) raises when its code is first used, or not at all when a later recompile
 from __future__ import annotations
 
 import copy
-import os
+import functools
 import threading
 import weakref
 from collections.abc import Callable
@@ -82,7 +82,7 @@ def deferrable(gm: fx.GraphModule) -> bool:
         return False
     if fx_experimental_config.enrich_profiler_metadata:
         return False
-    if os.environ.get("FX_GRAPH_SHOW_META", "0") == "1":
+    if codegen.shows_meta():
         return False
     return not any(isinstance(m, fx.GraphModule) for m in gm._modules.values())
 
@@ -301,11 +301,9 @@ def reducer(stock: Callable[..., Any]) -> Callable[..., Any]:
     """``GraphModule.__reduce__`` / ``__reduce_package__``: they copy the module's dict
     (``_code`` included) before they recompile, so pending code is generated first."""
 
+    @functools.wraps(stock)
     def reduce(self: Any, *args: Any) -> Any:
         materialize(self)
         return stock(self, *args)
 
-    reduce.__name__ = stock.__name__
-    reduce.__qualname__ = stock.__qualname__
-    reduce.__doc__ = stock.__doc__
     return reduce
