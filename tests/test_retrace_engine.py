@@ -18,7 +18,7 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import pytest
 import torch
 from arm_accel import PassStats, counters, retrace_engine, switch
-from arm_accel.retrace_engine import inplace
+from arm_accel.retrace_engine import fake_memo, inplace
 from arm_accel.testing import assert_graphs_identical
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir import to_edge
@@ -138,6 +138,34 @@ class GuardChangesArgs(GuardedAddToSub):
         return super().call_operator(SUB, args, kwargs, meta)
 
 
+class AddFirst(ExportPass):
+    """The other form: a block for ``add`` that returns, then the node handed on untouched."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == ADD:
+            return super().call_operator(SUB, args, kwargs, meta)
+        return super().call_operator(op, args, kwargs, meta)
+
+
+class GuardReadsArgs(ExportPass):
+    """A test that reads the arguments: whether a node passes through depends on more than its
+    operator, so nothing is known to."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == ADD or len(args) > 2:
+            return super().call_operator(SUB, args, kwargs, meta)
+        return super().call_operator(op, args, kwargs, meta)
+
+
+class BlockFallsThrough(ExportPass):
+    """The block before the hand-on may fall through to it with other arguments."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == ADD:
+            args = (args[0], args[0])
+        return super().call_operator(op, args, kwargs, meta)
+
+
 def test_passthrough_reads_the_guard() -> None:
     """``passthrough`` knows which operators the pass's ``call_operator`` hands on untouched:
     all for a pass without one, all but ``target_ops`` behind the usual guard, none when
@@ -150,6 +178,46 @@ def test_passthrough_reads_the_guard() -> None:
     assert passthrough(LogsFirst()) is None
     assert passthrough(GuardChangesArgs()) is None
     assert passthrough(AddToSub()) is None
+    first = passthrough(AddFirst())
+    assert first is not None and first(RELU) and not first(ADD)
+    assert passthrough(GuardReadsArgs()) is None
+    assert passthrough(BlockFallsThrough()) is None
+
+
+def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """exir's own passes, as their ``call_operator`` s read: ``NormalizeTransposePass`` rewrites
+    only ``t``, ``ReplaceBrokenOpsWithFunctionalOpsPass`` only view operators,
+    ``MemoryFormatOpsPass`` only the edge memory-format operators; ``ScalarToTensorPass`` and
+    ``SymToTensorPass`` rebuild every call unchanged (where they run in place), but only while
+    their source is the one read."""
+    from arm_accel.retrace_engine import passthrough as pt
+    from executorch.exir.passes import (
+        MemoryFormatOpsPass,
+        NormalizeTransposePass,
+        ReplaceBrokenOpsWithFunctionalOpsPass,
+    )
+    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+    from executorch.exir.passes.sym_to_tensor_pass import SymToTensorPass
+
+    aten = torch.ops.aten
+    transpose = pt.passthrough(NormalizeTransposePass())
+    assert transpose is not None and not transpose(aten.t.default) and transpose(aten.add.Tensor)
+    views = pt.passthrough(ReplaceBrokenOpsWithFunctionalOpsPass())
+    assert views is not None and not views(aten.view.default) and views(aten.clone.default)
+    formats = pt.passthrough(MemoryFormatOpsPass())
+    clone, to_copy = exir_ops.edge.aten.clone.default, exir_ops.edge.aten._to_copy.default
+    assert formats is not None and not formats(clone) and not formats(to_copy)
+    assert formats(ADD) and formats(aten.clone.default)
+    for cls in (ScalarToTensorPass, SymToTensorPass):
+        every = pt.passthrough(cls())
+        assert every is not None and every(ADD) and every(aten.t.default)
+    monkeypatch.setitem(pt._REBUILD_UNCHANGED, next(iter(pt._REBUILD_UNCHANGED)), "0" * 16)
+    pt._rebuilds_unchanged.cache_clear()
+    try:
+        assert pt.passthrough(ScalarToTensorPass()) is None
+    finally:
+        monkeypatch.undo()
+        pt._rebuilds_unchanged.cache_clear()
 
 
 def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule) -> None:
@@ -310,8 +378,9 @@ def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None
 @pytest.mark.parametrize("model", ["llama1", "dscnnkws", "convnet"])
 def test_every_pass_identical_to_stock(model: str) -> None:
     """A zoo model lowered stock and accelerated from one exported program: the graph after
-    every pass of the Arm pipeline is identical, the TOSA bytes equal, and most re-traces ran
-    in place (the rest only for the reasons listed)."""
+    every pass of the Arm pipeline is identical, the TOSA bytes equal, most re-traces ran
+    in place (the rest only for the reasons listed), and on INT models the fake memo served
+    calls of the quantized and TOSA operators."""
     from arm_accel import models
     from pipeline_diff import assert_lowerings_identical, lower
 
@@ -326,6 +395,9 @@ def test_every_pass_identical_to_stock(model: str) -> None:
     fallbacks = {r for v in records.values() for r in v.fallbacks}
     assert in_place >= 5, records
     assert fallbacks <= {"call override"}, fallbacks
+    if mode == "INT":
+        memo = counters.snapshot()[fake_memo.STATS_NAME]
+        assert memo.accelerated > 0 and memo.calls > memo.accelerated, memo
 
 
 def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch) -> None:

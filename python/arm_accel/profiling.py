@@ -419,9 +419,10 @@ def stats_snapshot() -> Stats | None:
 
 
 def is_pass_entry(name: str) -> bool:
-    """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``)
-    or the to_edge stage (``"to_edge.*"``), whose declines by design are counted as fallbacks."""
-    return not name.endswith(".retrace") and not name.startswith("to_edge.")
+    """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
+    ``"retrace_engine.*"``) or the to_edge stage (``"to_edge.*"``), whose declines by design are
+    counted as fallbacks."""
+    return not name.endswith(".retrace") and not name.startswith(("to_edge.", "retrace_engine."))
 
 
 def stats_delta(

@@ -33,6 +33,7 @@ every change (``_Journal``) and the caller runs the stock re-trace.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ from torch.fx.node import map_arg
 from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
+from arm_accel.retrace_engine import fake_memo
 from arm_accel.retrace_engine.passthrough import passthrough
 
 
@@ -205,28 +207,47 @@ def _stock_quantized_op(pass_: Any) -> bool:
     return method is not None and method is ArmPass._call_quantized_op_without_fake_kernel
 
 
+#: The attribute of an ``fx.Graph`` holding the nodes :func:`check_graph` last passed, each with
+#: the op, target, args, kwargs and value objects it passed with (``Graph.__deepcopy__`` does
+#: not copy it).
+_CHECKED_ATTR = "_arm_accel_checked"
+
+
 def check_graph(graph_module: fx.GraphModule) -> None:
-    """Raise ``Unsupported`` for what the in-place re-trace does not model."""
+    """Raise ``Unsupported`` for what the in-place re-trace does not model. A node that passed
+    the last check of this graph with the same objects passes again without being read: the
+    same objects hold the same values (what the freshness records rely on as well)."""
     if graph_module.meta.get("args") is not None:
         raise Unsupported("graph module carries its own inputs")
-    for node in graph_module.graph.nodes:
-        op = node.op
-        if op in ("get_attr", "call_module", "call_method"):
-            raise Unsupported(op)
-        if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
-            raise Unsupported("higher-order op")
-        val = node.meta.get("val")
-        for leaf in (val,) if type(val) is FakeTensor else _tensors_and_symbols(val):
-            if not isinstance(leaf, torch.Tensor):
-                raise Unsupported("symbolic value")
-            # A lifted constant's placeholder feeds its real tensor in (``inputs``, as stock);
-            # a computed constant would be propagated by fake dispatch.
-            if op != "placeholder" and getattr(leaf, "constant", None) is not None:
-                raise Unsupported("fake tensor with a constant")
-            if any(type(d) is not int for d in leaf.shape):
-                raise Unsupported("symbolic shape")
-        if _has_tensor_or_symbol(node.args) or _has_tensor_or_symbol(node.kwargs):
-            raise Unsupported("tensor or symbolic argument")
+    graph = graph_module.graph
+    before: dict[fx.Node, tuple[Any, ...]] = getattr(graph, _CHECKED_ATTR, None) or {}
+    passed: dict[fx.Node, tuple[Any, ...]] = {}
+    for node in graph.nodes:
+        now = (node.op, node.target, node.args, node.kwargs, node.meta.get("val"))
+        last = before.get(node)
+        if last is None or any(a is not b for a, b in zip(last, now, strict=True)):
+            _check_node(node, now[4])
+        passed[node] = now
+    setattr(graph, _CHECKED_ATTR, passed)
+
+
+def _check_node(node: fx.Node, val: Any) -> None:
+    op = node.op
+    if op in ("get_attr", "call_module", "call_method"):
+        raise Unsupported(op)
+    if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
+        raise Unsupported("higher-order op")
+    for leaf in (val,) if type(val) is FakeTensor else _tensors_and_symbols(val):
+        if not isinstance(leaf, torch.Tensor):
+            raise Unsupported("symbolic value")
+        # A lifted constant's placeholder feeds its real tensor in (``inputs``, as stock);
+        # a computed constant would be propagated by fake dispatch.
+        if op != "placeholder" and getattr(leaf, "constant", None) is not None:
+            raise Unsupported("fake tensor with a constant")
+        if any(type(d) is not int for d in leaf.shape):
+            raise Unsupported("symbolic shape")
+    if _has_tensor_or_symbol(node.args) or _has_tensor_or_symbol(node.kwargs):
+        raise Unsupported("tensor or symbolic argument")
 
 
 _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -423,6 +444,11 @@ class InplaceRetrace:
         self.anchor: fx.Node | None = None
         self.dispatched = 0
         self.passed_through = 0  # nodes claimed without the pass's call chain (``passthrough``)
+        self.claimed_as_is = 0  # of those, claimed by ``_claim_as_is``
+        #: ``_claim_as_is`` may run: the process-wide state ``_stock_node_meta`` reads is the
+        #: one it models (set when the interpretation starts).
+        self.fast_meta = False
+        self.candidate_of: dict[Any, str] = {}
         self.journal = _Journal(self.graph)
 
     # -- hooks the tracer and the pass call ------------------------------------------------
@@ -548,6 +574,46 @@ class InplaceRetrace:
         self._after_claim(node)
         return proxy
 
+    def _claim_as_is(self, node: fx.Node) -> ProxyValue | None:
+        """The claim of a passed-through node that is as our last re-trace left it, on inputs
+        still what they were (same nodes, equal values), with a meta :func:`_rebuilt_key_order`
+        models: what :meth:`_claim` gives, without building the pass's current meta or fetching
+        the arguments. None when the node needs :meth:`_claim`."""
+        if not self.fast_meta or node not in self.as_is:
+            return None
+        val = self.old_val[node]
+        if type(val) is not FakeTensor:
+            return None
+        env, left = self.env, self.left
+        for inp in node._input_nodes:
+            proxy = env.get(inp)
+            entry = left.get(inp)
+            if entry is None or not isinstance(proxy, ProxyValue):
+                return None
+            if proxy.node is not inp or not same_value(proxy.data, entry.val):
+                return None
+        meta = node.meta
+        stack_trace = meta.get("stack_trace")
+        if stack_trace and fx_traceback.GRADIENT_ACC_SPECIAL_STACK in stack_trace:
+            return None
+        keys = tuple(meta)
+        order = _rebuilt_key_order(keys, bool(stack_trace), bool(meta.get("autograd_backward")))
+        if order is None:
+            return None
+        new_meta = dict(meta) if order is keys else {k: meta[k] for k in order}
+        new_meta["val"] = val
+        new_meta["tensor_meta"] = None
+        self.journal.set_meta(node, new_meta)
+        target = node.target
+        candidate = self.candidate_of.get(target)
+        if candidate is None:
+            candidate = self.candidate_of[target] = rebuilt_name_candidate(self.graph, target)
+        self.candidates[node] = candidate
+        proxy = ProxyValue(val, self.pass_.tracer.proxy(node))
+        self.claimed[node] = proxy
+        self._after_claim(node)
+        return proxy
+
     def _repoint_inputs(self, node: fx.Node) -> None:
         """Where some input was rebuilt, point the args at what the re-trace made of them."""
         env = self.env
@@ -604,6 +670,10 @@ class InplaceRetrace:
                 if through is not None and n.op == "call_function" and through(n.target):
                     # What the pass's call chain would end in (``passthrough``): the claim.
                     engine.passed_through += 1
+                    proxy = engine._claim_as_is(n)
+                    if proxy is not None:
+                        engine.claimed_as_is += 1
+                        return proxy
                     with self._set_current_node(n):
                         args, kwargs = self.fetch_args_kwargs_from_env(n)
                         meta = NodeMetadata(n.meta)
@@ -620,7 +690,12 @@ class InplaceRetrace:
         interpreter = Interpreter(pass_, self.gm)
         prev_interpreter = pass_.interpreter
         pass_.tracer = tracer
-        pass_.interpreter = fx.Interpreter(fx.GraphModule(torch.nn.Module(), fx.Graph()))
+        # Stock's interpreter (a new one on an empty module), remembering the fake values that
+        # ``FakeTensorMode`` does not cache (``fake_memo``).
+        self.interpreter = fake_memo.Interpreter(
+            fx.GraphModule(torch.nn.Module(), fx.Graph()), tracer.fake_tensor_mode
+        )
+        pass_.interpreter = self.interpreter
         self.env = interpreter.env = {}
         pass_._fx = self.fx
         pass_.placeholder = self.placeholder
@@ -664,6 +739,12 @@ class InplaceRetrace:
         args = self.graph.process_inputs(*inputs)
         interpreter.args_iter = iter(args)
         env = interpreter.env
+        self.fast_meta = (
+            fx_traceback.has_preserved_node_meta()
+            and not fx_traceback._is_preserving_node_seq_nr()
+            and fx_traceback.get_current_replay_node() is None
+            and not self.pass_.tracer.record_stack_traces
+        )
         for node in self.order:
             self.current = node
             self.anchor = node
@@ -753,6 +834,28 @@ def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[st
         raise Unsupported("tracer records stack traces")
     meta.update(old)
     return meta
+
+
+@functools.lru_cache(maxsize=1024)
+def _rebuilt_key_order(
+    keys: tuple[str, ...], stack_trace: bool, autograd_backward: bool
+) -> tuple[str, ...] | None:
+    """The key order of what :func:`_stock_node_meta` makes of a node meta with these keys
+    (whose ``stack_trace`` and ``autograd_backward`` are truthy or not), every value the meta's
+    own: the fields ``TracerBase.create_node`` sets first, then the rest in the meta's order.
+    ``keys`` itself when that is their order. None when a value would not be the meta's own:
+    no ``from_node`` (the current meta's record is copied) or ``seq_nr`` (the autograd counter
+    is read), or ``in_grad_fn`` (another ``seq_nr`` rule)."""
+    if "from_node" not in keys or "seq_nr" not in keys or "in_grad_fn" in keys:
+        return None
+    first = ["stack_trace"] if stack_trace else []
+    first += [field for field in _COPY_META_FIELDS if field in keys]
+    first.append("seq_nr")
+    if autograd_backward:
+        first.append("autograd_backward")
+    placed = set(first)
+    order = (*first, *(k for k in keys if k not in placed))
+    return keys if order == keys else order
 
 
 def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:

@@ -1,14 +1,13 @@
 """Which operators a pass's re-trace passes through untouched, read from its ``call_operator``.
 
 For a node whose target is an operator (aten or edge), stock's re-trace calls the pass's
-``call_operator``. When that is the base one (``ExportPass`` / ``ArmPass``), or one whose first
-statement is the guard most passes open with::
-
-    if op not in self.target_ops [or ...]:
-        return super().call_operator(op, args, kwargs, meta[, updated])
-
-with the base one right behind it, the call for an operator outside ``self.target_ops`` ends in
-``_fx`` with the node's own target, args, kwargs and meta. The in-place re-trace then claims the
+``call_operator``. When that is the base one (``ExportPass`` / ``ArmPass``), or one that opens
+with a test of the operator alone handing it to the base one untouched (:func:`_guard`: the
+guard most passes open with, ``if op not in self.target_ops: return super().call_operator(op,
+args, kwargs, meta)``, or ``if op == X: ... return ...`` before ``return
+super().call_operator(op, args, kwargs, meta)``), with the base one right behind it, the call
+for an operator the test lets through ends in ``_fx`` with the node's own target, args, kwargs
+and meta. The in-place re-trace then claims the
 node directly, skipping the call chain (the interpreter's dispatch on the target, the guard,
 ``ArmPass``'s checks, ``ExportPass.call_operator``, the claim test in ``_fx``). The result is the
 same claim; only the Python calls in between are saved.
@@ -20,9 +19,11 @@ always take the pass's own path.
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import textwrap
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -47,6 +48,30 @@ def _always_own_path() -> frozenset[Any]:
     return frozenset({exir_ops.edge.aten.bmm.default, exir_ops.edge.aten.leaky_relu.default})
 
 
+#: ``call_operator`` s (qualified name: digest of the source read) that hand every operator to
+#: the base one with its arguments rebuilt unchanged (``map_args``) whenever a re-trace runs in
+#: place: ``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor`` argument into a
+#: tensor, and runs in place only when no node has one (``CONDITIONAL_CALLERS``);
+#: ``SymToTensorPass`` turns symbolic scalars into tensors, and ``check_graph`` declines every
+#: graph holding a symbol. A changed source is not trusted.
+_REBUILD_UNCHANGED: dict[str, str] = {
+    "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": (
+        "acecfcdbda6f6dbb"
+    ),
+    "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": ("4bfe6e5ab93ebdd2"),
+}
+
+
+@cache
+def _rebuilds_unchanged(fn: Any) -> bool:
+    digest = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    return digest is not None and hashlib.sha256(source.encode()).hexdigest()[:16] == digest
+
+
 def _defining(cls: type, start: int = 0) -> tuple[int, Any] | None:
     """(MRO index, function) of the first ``call_operator`` from ``cls.__mro__[start]`` on."""
     mro = cls.__mro__
@@ -57,49 +82,18 @@ def _defining(cls: type, start: int = 0) -> tuple[int, Any] | None:
     return None
 
 
-@cache
-def _guard_attribute(fn: Any) -> str | None:
-    """``ATTR`` when ``fn`` opens with ``if op not in self.ATTR [or ...]: return
-    super().call_operator(op, args, kwargs, meta[, updated])``, else None."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    func = tree.body[0] if tree.body else None
-    if not isinstance(func, ast.FunctionDef) or func.decorator_list:
-        return None
+def _is_super_call(stmt: ast.stmt, func: ast.FunctionDef) -> bool:
+    """``stmt`` is ``return super().call_operator(op, args, kwargs, meta[, updated])`` with
+    the function's own parameters (extra ones only where they come in False)."""
     params = [a.arg for a in func.args.args]
-    if len(params) < 5 or func.args.vararg or func.args.kwarg:
-        return None
-    self_, op, args, kwargs, meta = params[:5]
+    op, args, kwargs, meta = params[1:5]
     extra = params[5:]
     # Defaults of the extra parameters: ``updated`` must come in False (the interpreter never
     # passes it) for ``super()`` to see what it sees without it.
     defaults = dict(zip(reversed(params), reversed(func.args.defaults), strict=False))
-    body = func.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]
-    if not body or not isinstance(body[0], ast.If):
-        return None
-    test = body[0].test
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
-        test = test.values[0]  # ``A or B``: A true returns before B is read
-    if not (
-        isinstance(test, ast.Compare)
-        and isinstance(test.left, ast.Name)
-        and test.left.id == op
-        and len(test.ops) == 1
-        and isinstance(test.ops[0], ast.NotIn)
-        and isinstance(test.comparators[0], ast.Attribute)
-        and isinstance(test.comparators[0].value, ast.Name)
-        and test.comparators[0].value.id == self_
-    ):
-        return None
-    attr = test.comparators[0].attr
-    then = body[0].body
-    if len(then) != 1 or not isinstance(then[0], ast.Return):
-        return None
-    call = then[0].value
+    if not isinstance(stmt, ast.Return):
+        return False
+    call = stmt.value
     if not (
         isinstance(call, ast.Call)
         and isinstance(call.func, ast.Attribute)
@@ -109,17 +103,110 @@ def _guard_attribute(fn: Any) -> str | None:
         and call.func.value.func.id == "super"
         and not call.func.value.args
     ):
-        return None
-    passed = [a.id if isinstance(a, ast.Name) else None for a in call.args]
-    if passed[:4] != [op, args, kwargs, meta] or any(a is None for a in passed):
-        return None
+        return False
+    if not all(isinstance(a, ast.Name) for a in call.args):
+        return False
+    passed = [a.id for a in call.args if isinstance(a, ast.Name)]
+    if passed[:4] != [op, args, kwargs, meta]:
+        return False
     for name in passed[4:] + [k.arg or "" for k in call.keywords]:
         default = defaults.get(name)
         if name not in extra or not (isinstance(default, ast.Constant) and not default.value):
-            return None
-    if any(not isinstance(k.value, ast.Name) or k.value.id != k.arg for k in call.keywords):
+            return False
+    return all(isinstance(k.value, ast.Name) and k.value.id == k.arg for k in call.keywords)
+
+
+def _reads_only_op(expr: ast.expr, op: str, self_: str, globals_: dict[str, Any]) -> bool:
+    """``expr`` reads nothing but the operator, the pass's attributes and module globals, with
+    no call but ``isinstance``: its value depends on the operator alone, and reading it changes
+    nothing."""
+    if globals_.get("isinstance", isinstance) is not isinstance:
+        return False
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name):
+            if node.id not in (op, self_, "isinstance") and node.id not in globals_:
+                return False
+        elif isinstance(node, ast.Call):
+            if not (isinstance(node.func, ast.Name) and node.func.id == "isinstance"):
+                return False
+            if node.keywords:
+                return False
+        elif not isinstance(
+            node,
+            (
+                ast.Attribute, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Constant, ast.Tuple,
+                ast.Load, ast.And, ast.Or, ast.Not, ast.In, ast.NotIn, ast.Eq, ast.NotEq,
+                ast.Is, ast.IsNot,
+            ),
+        ):  # fmt: skip
+            return False
+    return True
+
+
+def _exits(block: list[ast.stmt]) -> bool:
+    """The block never falls through (its last statement returns or raises)."""
+    return bool(block) and isinstance(block[-1], (ast.Return, ast.Raise))
+
+
+@dataclass(frozen=True)
+class _Guard:
+    """The test a ``call_operator`` opens with: the operator goes to ``super()`` untouched
+    iff ``test`` evaluates to ``passes``."""
+
+    test: Any  # compiled expression of the operator (and the pass's attributes)
+    passes: bool
+    op: str
+    self_: str
+    globals_: dict[str, Any]
+    reads_self: bool  # the pass's attributes may change while it runs: not cached
+
+
+@cache
+def _guard(fn: Any) -> _Guard | None:
+    """How ``fn`` (a ``call_operator``) hands operators to ``super()`` untouched, read from its
+    source, or None when it does not in one of the two forms::
+
+        if TEST [or ...]:                       # TEST true: passed through
+            return super().call_operator(op, args, kwargs, meta[, updated])
+
+        if TEST:                                # TEST false: passed through
+            ...                                 # (a block that returns or raises)
+        return super().call_operator(op, args, kwargs, meta)
+
+    with TEST reading the operator only (:func:`_reads_only_op`)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    return attr
+    func = tree.body[0] if tree.body else None
+    if not isinstance(func, ast.FunctionDef) or func.decorator_list:
+        return None
+    params = [a.arg for a in func.args.args]
+    # No closure but the ``__class__`` cell ``super()`` reads.
+    if len(params) < 5 or func.args.vararg or func.args.kwarg:
+        return None
+    if set(fn.__code__.co_freevars) - {"__class__"}:
+        return None
+    self_, op = params[:2]
+    body = func.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    if not body or not isinstance(body[0], ast.If):
+        return None
+    first = body[0]
+    test, passes = first.test, None
+    if len(first.body) == 1 and _is_super_call(first.body[0], func):
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+            test = test.values[0]  # ``A or B``: A true returns before B is read
+        passes = True
+    elif len(body) == 2 and not first.orelse and _exits(first.body):
+        if _is_super_call(body[1], func):
+            passes = False
+    if passes is None or not _reads_only_op(test, op, self_, fn.__globals__):
+        return None
+    code = compile(ast.Expression(test), inspect.getsourcefile(fn) or "<guard>", "eval")
+    reads_self = any(isinstance(n, ast.Name) and n.id == self_ for n in ast.walk(test))
+    return _Guard(code, passes, op, self_, fn.__globals__, reads_self)
 
 
 def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
@@ -135,20 +222,31 @@ def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
         return None
     index, fn = found
     bases = _base_call_operators()
-    if fn in bases:
-        return lambda target: isinstance(target, operators) and target not in own
-    attr = _guard_attribute(fn)
-    if attr is None:
-        return None
     behind = _defining(cls, index + 1)
-    if behind is None or behind[1] not in bases:
+    base_behind = behind is not None and behind[1] in bases
+    if fn in bases or (base_behind and _rebuilds_unchanged(fn)):
+        return lambda target: isinstance(target, operators) and target not in own
+    guard = _guard(fn)
+    if guard is None or not base_behind:
         return None
-    targets = getattr(pass_, attr, None)
-    if targets is None or callable(targets):
-        return None
-    return lambda target: (
-        isinstance(target, operators) and target not in own and target not in targets
-    )
+    # The guard's value for each operator, computed once where it reads the operator alone.
+    known: dict[Any, bool] = {}
+
+    def through(target: Any) -> bool:
+        if not isinstance(target, operators) or target in own:
+            return False
+        value = known.get(target)
+        if value is None:
+            try:
+                scope = {guard.op: target, guard.self_: pass_}
+                value = bool(eval(guard.test, guard.globals_, scope)) is guard.passes
+            except Exception:  # the pass's own path then meets it as stock does
+                value = False
+            if not guard.reads_self:
+                known[target] = value
+        return value
+
+    return through
 
 
 __all__ = ["passthrough"]

@@ -1,0 +1,233 @@
+"""Fake values of the operators ``FakeTensorMode`` never caches, remembered per fake mode.
+
+``FakeTensorMode``'s dispatch cache serves ``aten``/``prims`` operators only: every other
+operator (``quantized_decomposed``, the ``tosa`` dialect) runs its fake kernel on every call
+("non-builtin" bypass), and in an INT graph most nodes are such operators. Their cost is most
+of what the in-place re-trace still dispatches (the first re-trace of the edge stage, the passes
+that insert rescales or lower to TOSA).
+
+The kernels remembered here (:data:`OPERATORS`) are pure: each reads its arguments' metadata
+and values and, for ``tosa``, the lowering context's TOSA specification, then raises or returns
+one new dense tensor (``torch.empty_like`` / ``torch.empty``; read in executorch 1.5.1 and torch
+2.13: no logging, no state, no symbols). So the value of a call is a function of
+:func:`_key` (the metadata of every tensor argument, every other argument the kernel reads by
+type and exact value, the specification, the default dtype and device, grad and inference
+mode) and is remembered as the metadata of the tensor it returned. A later call with the same
+key gets a new fake tensor with that metadata, made as ``FakeTensorMode`` makes the output of
+one of its own cache hits, instead of running the kernel again.
+
+A call is remembered only when its result is what the reconstruction gives: a plain fake tensor
+of this mode, not a view, not aliasing an input, no constant, static shape, not requiring grad,
+the autograd sequence number untouched, and a tensor rebuilt from the metadata equal to it
+(shape, strides, offset, dtype, device, layout, storage size). Anything else (another operator,
+an argument the key does not model, a real tensor, a symbol) is dispatched as stock dispatches
+it. On only inside the in-place re-trace (its interpreter), so only with acceleration on.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import torch
+from torch import fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from arm_accel import counters
+
+#: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
+#: positions of the arguments their fake kernels never read (left out of the key, so that nodes
+#: differing only in quantization parameters share an entry): the ``quantized_decomposed``
+#: Meta kernels read the input and the output dtype only; ``RESCALE`` reads every argument but
+#: its scales.
+OPERATORS: dict[str, frozenset[int]] = {
+    "quantized_decomposed::quantize_per_tensor.default": frozenset({1, 2, 3, 4}),
+    "quantized_decomposed::dequantize_per_tensor.default": frozenset({1, 2, 3, 4}),
+    "tosa::RESCALE.default": frozenset({2}),
+    "tosa::TABLE.default": frozenset(),
+    "tosa::ADD.default": frozenset(),
+    "tosa::SUB.default": frozenset(),
+    "tosa::MUL.default": frozenset(),
+}
+
+#: The ``arm_accel.stats()`` entry: calls of the operators above, ``accelerated`` those served
+#: from the memo.
+STATS_NAME = "retrace_engine.fake_memo"
+#: The attribute of a ``FakeTensorMode`` holding its memo (lives and dies with the mode).
+_MEMO_ATTR = "_arm_accel_fake_memo"
+#: Argument types keyed by value (exact types: ``bool`` is not ``int``).
+_BY_VALUE = frozenset(
+    {int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format}
+)
+
+
+#: Containers keyed by their items (fx hands the interpreter its immutable variants).
+_SEQUENCES = frozenset({tuple, list, fx.immutable_collections.immutable_list})
+_MAPPINGS = frozenset({dict, fx.immutable_collections.immutable_dict})
+
+
+class _NoKey(Exception):  # noqa: N818 - control flow: the call is not remembered
+    pass
+
+
+def qualified(target: Any) -> str | None:
+    """``namespace::name.overload`` of an operator or of the one its edge wrapper calls."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    op = target._op if isinstance(target, EdgeOpOverload) else target
+    if not isinstance(op, torch._ops.OpOverload):
+        return None
+    return f"{op.namespace}::{op._opname}.{op._overloadname}"
+
+
+@cache
+def ignored(target: Any) -> frozenset[int] | None:
+    """The argument positions left out of the key of ``target`` (an operator or its edge
+    wrapper), or None when its calls are not remembered."""
+    name = qualified(target)
+    return None if name is None else OPERATORS.get(name)
+
+
+def _tensor_key(t: FakeTensor, mode: FakeTensorMode) -> tuple[Any, ...]:
+    if t.fake_mode is not mode or t.constant is not None or t.requires_grad:
+        raise _NoKey
+    shape = tuple(t.shape)
+    if any(type(d) is not int for d in shape):
+        raise _NoKey
+    return (
+        shape,
+        t.stride(),
+        t.storage_offset(),
+        t.dtype,
+        t.device,
+        t.layout,
+        t._is_view(),
+        t.is_conj(),
+        t.is_neg(),
+    )
+
+
+def _key(value: Any, mode: FakeTensorMode, tensors: list[FakeTensor]) -> Any:
+    """``value`` as a hashable key (tensors by metadata, collected in ``tensors``)."""
+    kind = type(value)
+    if kind is FakeTensor:
+        tensors.append(value)
+        return ("T", _tensor_key(value, mode))
+    if kind in _BY_VALUE:
+        return (kind, value)
+    if kind is float:
+        return (float, value.hex())  # exact: 0.0 and -0.0 differ, so do NaN payloads
+    if kind in _SEQUENCES:
+        return (kind, tuple(_key(v, mode, tensors) for v in value))
+    if kind in _MAPPINGS:
+        return (kind, tuple((k, _key(v, mode, tensors)) for k, v in value.items()))
+    raise _NoKey
+
+
+def _context() -> tuple[Any, ...]:
+    """The process state the kernels (and tensor creation) read."""
+    from executorch.backends.arm.tosa.specification import TosaLoweringContext
+
+    return (
+        TosaLoweringContext.tosa_spec_var.get(None),
+        torch.get_default_dtype(),
+        torch._C._get_default_device(),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+    )
+
+
+def _active(mode: FakeTensorMode) -> bool:
+    """``mode`` is the fake mode dispatch runs in now."""
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is mode
+
+
+def _made(mode: FakeTensorMode, entry: tuple[Any, ...]) -> FakeTensor:
+    """A new fake tensor with the remembered metadata, made as ``FakeTensorMode`` makes the
+    output of a cache hit (``_get_output_tensor_from_cache_entry``)."""
+    shape, stride, dtype, device, layout = entry
+    with in_kernel_invocation_manager(mode):
+        empty = torch.empty_strided(shape, stride, dtype=dtype, layout=layout, device="meta")
+    return FakeTensor(mode, empty, device)
+
+
+def _signature(t: torch.Tensor) -> tuple[Any, ...]:
+    return (
+        tuple(t.shape),
+        t.stride(),
+        t.storage_offset(),
+        t.dtype,
+        t.device,
+        t.layout,
+        t.requires_grad,
+        t.untyped_storage().nbytes(),
+        t._is_view(),
+        t.is_conj(),
+        t.is_neg(),
+    )
+
+
+def _entry_of(out: Any, mode: FakeTensorMode, inputs: list[FakeTensor]) -> tuple[Any, ...] | None:
+    """What remembers ``out``, or None when a tensor rebuilt from it would not be ``out``."""
+    if type(out) is not FakeTensor or out.fake_mode is not mode or out.constant is not None:
+        return None
+    if out._is_view() or out.requires_grad or any(type(d) is not int for d in out.shape):
+        return None
+    storage = StorageWeakRef(out.untyped_storage())  # type: ignore[no-untyped-call]
+    if any(StorageWeakRef(t.untyped_storage()) == storage for t in inputs):  # type: ignore[no-untyped-call]
+        return None
+    entry = (tuple(out.shape), out.stride(), out.dtype, out.device, out.layout)
+    return entry if _signature(_made(mode, entry)) == _signature(out) else None
+
+
+def _sequence_nr() -> int:
+    """The autograd counter ``seq_nr`` meta is read from (a kernel that moved it is not
+    remembered: skipping it would change later nodes' ``seq_nr``)."""
+    return int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
+
+
+class Interpreter(fx.Interpreter):
+    """The interpreter ``_ExportPassBase._fx`` dispatches through, remembering the fake values
+    of :data:`OPERATORS` in ``mode``."""
+
+    def __init__(self, module: fx.GraphModule, mode: FakeTensorMode) -> None:
+        super().__init__(module)
+        self.mode = mode
+        memo = mode.__dict__.get(_MEMO_ATTR)
+        if memo is None:
+            memo = mode.__dict__[_MEMO_ATTR] = {}
+        self.memo: dict[Any, tuple[Any, ...] | None] = memo
+        self.hits = 0
+        self.misses = 0
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        skip = ignored(target)
+        if skip is None or not _active(self.mode):
+            return super().call_function(target, args, kwargs)
+        tensors: list[FakeTensor] = []
+        try:
+            read = tuple(a for i, a in enumerate(args) if i not in skip) if skip else args
+            key = (
+                target,
+                _key(read, self.mode, tensors),
+                _key(kwargs, self.mode, tensors),
+                _context(),
+            )
+        except _NoKey:
+            return super().call_function(target, args, kwargs)
+        entry = self.memo.get(key)
+        counters.record_call(STATS_NAME, 0.0, entry is not None)
+        if entry is not None:
+            self.hits += 1
+            return _made(self.mode, entry)
+        self.misses += 1
+        seq_nr = _sequence_nr()
+        out = super().call_function(target, args, kwargs)
+        if key not in self.memo:
+            modelled = _sequence_nr() == seq_nr
+            self.memo[key] = _entry_of(out, self.mode, tensors) if modelled else None
+        return out
+
+
+__all__ = ["OPERATORS", "STATS_NAME", "Interpreter", "ignored", "qualified"]
