@@ -600,7 +600,7 @@ class InplaceRetrace:
         order = _rebuilt_key_order(keys, bool(stack_trace), bool(meta.get("autograd_backward")))
         if order is None:
             return None
-        new_meta = dict(meta) if order is keys else {k: meta[k] for k in order}
+        new_meta = dict(meta) if not order else {k: meta[k] for k in order}
         new_meta["val"] = val
         new_meta["tensor_meta"] = None
         self.journal.set_meta(node, new_meta)
@@ -843,7 +843,7 @@ def _rebuilt_key_order(
     """The key order of what :func:`_stock_node_meta` makes of a node meta with these keys
     (whose ``stack_trace`` and ``autograd_backward`` are truthy or not), every value the meta's
     own: the fields ``TracerBase.create_node`` sets first, then the rest in the meta's order.
-    ``keys`` itself when that is their order. None when a value would not be the meta's own:
+    ``()`` when that is ``keys``' own order. None when a value would not be the meta's own:
     no ``from_node`` (the current meta's record is copied) or ``seq_nr`` (the autograd counter
     is read), or ``in_grad_fn`` (another ``seq_nr`` rule)."""
     if "from_node" not in keys or "seq_nr" not in keys or "in_grad_fn" in keys:
@@ -855,7 +855,7 @@ def _rebuilt_key_order(
         first.append("autograd_backward")
     placed = set(first)
     order = (*first, *(k for k in keys if k not in placed))
-    return keys if order == keys else order
+    return () if order == keys else order
 
 
 def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:
