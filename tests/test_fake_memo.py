@@ -41,49 +41,79 @@ def interpreter(mode: FakeTensorMode) -> fake_memo.Interpreter:
     return fake_memo.Interpreter(fx.GraphModule(torch.nn.Module(), fx.Graph()), mode)
 
 
-def calls() -> list[tuple[Any, Any, Any]]:
-    """(operator, args, args differing from them only where the kernel does not read) for
-    every operator the memo serves; tensors made in the active fake mode."""
+def calls() -> list[tuple[Any, Any, Any, dict[str, Any]]]:
+    """(operator, args, args differing from them only where the kernel does not read, kwargs)
+    for every operator the memo serves; tensors made in the active fake mode."""
     x = torch.empty(2, 3, 4)
     xt = torch.empty(4, 3, 2).permute(2, 1, 0)  # non-contiguous: the kernels keep its strides
     q = torch.empty(2, 3, 4, dtype=torch.int8)
     q32 = torch.empty(2, 3, 4, dtype=torch.int32)
     table = torch.empty(256, dtype=torch.int8)
+
+    def i8(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=torch.int8)
+
+    def i32(*shape: int) -> torch.Tensor:
+        return torch.empty(*shape, dtype=torch.int32)
+
+    nhwc, pool = i8(1, 5, 5, 3), ([2, 2], [2, 2], [0, 0, 0, 0])
+    same: list[tuple[Any, Any, dict[str, Any]]] = [
+        (TOSA.TABLE.default, (q, table), {}),
+        (TOSA.ADD.default, (q32, q32), {}),
+        (TOSA.SUB.default, (q32, q32), {}),
+        (TOSA.MUL.default, (q32, q32), {}),
+        (TOSA.RESHAPE.default, (q, [6, 4]), {}),
+        (TOSA.CONV2D.default, (nhwc, i8(4, 3, 3, 3), i32(4), [1, 1], [1, 1, 1, 1], [1, 1]), {}),
+        (TOSA.DEPTHWISE_CONV2D.default,
+         (nhwc, i8(3, 3, 3, 1), i32(3), [2, 2], [1, 1, 1, 1], [1, 1]), {}),
+        (TOSA.SLICE.default, (q, [0, 1, 0], [2, 2, 4]), {}),
+        (TOSA.MATMUL.default, (q, i8(2, 4, 5)), {}),
+        (TOSA.TRANSPOSE.default, (q, [2, 0, 1]), {}),
+        (TOSA.CONCAT.default, ([i8(2, 3), i8(2, 5)],), {"axis": 1}),
+        (TOSA.REDUCE_SUM.default, (q32,), {"axis": 1}),
+        (TOSA.CLAMP.default, (q.permute(2, 0, 1), -5, 5), {}),
+        (TOSA.AVG_POOL2D.default, (nhwc, i8(1), i8(1), *pool, torch.int32), {}),
+        (TOSA.MAX_POOL2D.default, (nhwc, *pool), {}),
+        (TOSA.GATHER.default, (i8(1, 10, 4), i32(1, 3)), {}),
+        (TOSA.CAST.default, (q.permute(2, 0, 1), torch.int32), {}),
+    ]
     return [
         (QD.quantize_per_tensor.default, (x, 0.1, 3, -128, 127, torch.int8),
-         (x, 7.5, -9, -100, 100, torch.int8)),
+         (x, 7.5, -9, -100, 100, torch.int8), {}),
         (QD.quantize_per_tensor.default, (xt, 0.1, 3, -128, 127, torch.int8),
-         (xt, 0.2, 0, -128, 127, torch.int8)),
+         (xt, 0.2, 0, -128, 127, torch.int8), {}),
         (QD.dequantize_per_tensor.default, (q, 0.1, 3, -128, 127, torch.int8),
-         (q, 0.5, -3, -10, 10, torch.int8)),
-        (TOSA.RESCALE.default, (q, torch.int32, [0.25], 3, 0), (q, torch.int32, [8.0], 3, 0)),
-        (TOSA.TABLE.default, (q, table), (q, table)),
-        (TOSA.ADD.default, (q32, q32), (q32, q32)),
-        (TOSA.SUB.default, (q32, q32), (q32, q32)),
-        (TOSA.MUL.default, (q32, q32), (q32, q32)),
+         (q, 0.5, -3, -10, 10, torch.int8), {}),
+        (TOSA.RESCALE.default, (q, torch.int32, [0.25], 3, 0), (q, torch.int32, [8.0], 3, 0), {}),
+        *((op, args, args, kwargs) for op, args, kwargs in same),
     ]  # fmt: skip
+
+
+#: How many calls :func:`calls` makes (the parametrization below).
+CALLS = 21
 
 
 def test_every_operator_is_covered(mode: FakeTensorMode) -> None:
     """The calls below exercise every operator the memo serves."""
-    served = {fake_memo.qualified(op) for op, _, _ in calls()}
-    assert served == set(fake_memo.OPERATORS)
+    made = calls()
+    assert len(made) == CALLS
+    assert {fake_memo.qualified(op) for op, _, _, _ in made} == set(fake_memo.OPERATORS)
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(CALLS))
 def test_remembered_value_is_the_kernels(mode: FakeTensorMode, index: int) -> None:
     """A call the memo serves (the second, with the ignored arguments changed) gives a new
     fake tensor with the metadata stock dispatch gives for it, in the same fake mode."""
-    op, args, other = calls()[index]
+    op, args, other, kwargs = calls()[index]
     memo = interpreter(mode)
-    first = memo.call_function(op, args, {})
-    served = memo.call_function(op, other, {})
+    first = memo.call_function(op, args, kwargs)
+    served = memo.call_function(op, other, kwargs)
     assert (memo.misses, memo.hits) == (1, 1)
-    expected = op(*other)
+    expected = op(*other, **kwargs)
     assert type(served) is type(expected) and served.fake_mode is mode
     assert served is not first
     assert fake_memo._signature(served) == fake_memo._signature(expected)
-    assert fake_memo._signature(first) == fake_memo._signature(op(*args))
+    assert fake_memo._signature(first) == fake_memo._signature(op(*args, **kwargs))
 
 
 def test_ignored_arguments_are_not_read(mode: FakeTensorMode) -> None:
@@ -143,3 +173,49 @@ def test_not_remembered_when_the_output_is_not_a_new_dense_tensor(
         assert (memo.misses, memo.hits) == (2, 0)
     finally:
         fake_memo.ignored.cache_clear()
+
+
+def test_specifications_differing_in_extensions_do_not_share_values(
+    mode: FakeTensorMode,
+) -> None:
+    """``TosaSpecification.__eq__`` compares version and profiles only, but ``TABLE`` reads the
+    ``int16`` extension: an int16 call remembered under ``+int16`` is not served under plain
+    ``INT``, where stock's kernel raises, nor under ``+int16+u55``; it is served again under an
+    equal ``+int16`` specification."""
+    q16 = torch.empty(2, 3, dtype=torch.int16)
+    table = torch.empty(513, dtype=torch.int16)
+    int16 = TosaSpecification.create_from_string("TOSA-1.0+INT+int16")
+    memo = interpreter(mode)
+    with TosaLoweringContext(int16):
+        memo.call_function(TOSA.TABLE.default, (q16, table), {})
+    plain = TosaSpecification.create_from_string("TOSA-1.0+INT")
+    assert plain == int16  # what the key must not rely on
+    with TosaLoweringContext(plain), pytest.raises(Exception):
+        TOSA.TABLE.default(q16, table)
+    with TosaLoweringContext(plain), pytest.raises(Exception):
+        memo.call_function(TOSA.TABLE.default, (q16, table), {})
+    with TosaLoweringContext(TosaSpecification.create_from_string("TOSA-1.0+INT+int16+u55")):
+        memo.call_function(TOSA.TABLE.default, (q16, table), {})
+    assert memo.hits == 0
+    with TosaLoweringContext(TosaSpecification.create_from_string("TOSA-1.0+INT+int16")):
+        memo.call_function(TOSA.TABLE.default, (q16, table), {})
+    assert memo.hits == 1
+
+
+def test_a_mode_propagating_real_tensors_is_not_served(
+    mode: FakeTensorMode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Outputs of a fake mode that propagates real tensors carry one, which a remembered value
+    would not: such a mode's calls all go to dispatch (stubbed here, since these inputs have no
+    real tensors to propagate), none to the memo."""
+    dispatched: list[Any] = []
+    monkeypatch.setattr(
+        fx.Interpreter, "call_function", lambda self, op, args, kwargs: dispatched.append(op)
+    )
+    monkeypatch.setattr(mode, "propagate_real_tensors", True)
+    memo = interpreter(mode)
+    q = torch.empty(2, 3, dtype=torch.int32)
+    for _ in range(2):
+        memo.call_function(TOSA.ADD.default, (q, q), {})
+    assert dispatched == [TOSA.ADD.default] * 2
+    assert (memo.misses, memo.hits) == (0, 0)

@@ -11,6 +11,7 @@ in-place path (a fallback would compare stock with stock).
 from __future__ import annotations
 
 import copy
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -212,12 +213,7 @@ def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch
         every = pt.passthrough(cls())
         assert every is not None and every(ADD) and every(aten.t.default)
     monkeypatch.setitem(pt._REBUILD_UNCHANGED, next(iter(pt._REBUILD_UNCHANGED)), "0" * 16)
-    pt._rebuilds_unchanged.cache_clear()
-    try:
-        assert pt.passthrough(ScalarToTensorPass()) is None
-    finally:
-        monkeypatch.undo()
-        pt._rebuilds_unchanged.cache_clear()
+    assert pt.passthrough(ScalarToTensorPass()) is None
 
 
 def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule) -> None:
@@ -310,17 +306,28 @@ class ArmIdentity(ArmPass):
     _passes_required_after: set[type] = set()
 
 
-def test_quantized_bmm_keeps_its_node_and_equals_stock() -> None:
-    """A ``bmm`` with ``input_qparams``: ``ArmPass.call_operator`` builds it with its own rule
-    (``_call_quantized_op_without_fake_kernel``, no fake dispatch), in stock a new node on
-    every re-trace. In place, the old node adopts what that method built: identical to stock's
-    re-trace, in place, and the ``bmm`` node object is the one that came in."""
+@pytest.mark.parametrize("modelled", [True, False], ids=["rule-modelled", "stock-method"])
+def test_quantized_bmm_keeps_its_node_and_equals_stock(
+    modelled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``bmm`` with ``input_qparams`` and an int8 ``output_qparams``: ``ArmPass.call_operator``
+    builds it with its own rule (``_call_quantized_op_without_fake_kernel``, no fake dispatch),
+    in stock a new node on every re-trace. Compares stock's re-trace with the in-place one,
+    which keeps the ``bmm`` node object: with the method's source as read, its value rule runs
+    without the method (``_quantized_value``); with another source (patched here), stock's
+    method builds a node and the old node adopts it."""
+    calls: list[object] = []
+    rule = inplace._quantized_value
+    monkeypatch.setattr(inplace, "_quantized_value", lambda meta: calls.append(meta) or rule(meta))
+    if not modelled:
+        monkeypatch.setattr(inplace, "_quantized_value_modelled", lambda: False)
     torch.manual_seed(0)
     inputs = (torch.randn(2, 3, 4), torch.randn(2, 4, 5))
     program = torch.export.export(Bmm().eval(), inputs)
     graph_module = to_edge(program).exported_program().graph_module
     bmm = next(n for n in graph_module.graph.nodes if n.target == BMM)
     bmm.meta["input_qparams"] = {0: "q0", 1: "q1"}
+    bmm.meta["output_qparams"] = {0: types.SimpleNamespace(dtype=torch.int8)}
     counters.reset()
     expected = stock_retrace(ArmIdentity(), copy.deepcopy(graph_module)).graph_module
     with retrace_engine.arm_pipeline():
@@ -328,6 +335,8 @@ def test_quantized_bmm_keeps_its_node_and_equals_stock() -> None:
     assert_graphs_identical(expected, actual)
     assert in_place_runs(ArmIdentity) == (1, {})
     assert next(n for n in actual.graph.nodes if n.target == BMM) is bmm
+    assert bmm.meta["val"].dtype == torch.int8
+    assert len(calls) == (1 if modelled else 0)
 
 
 class Raises(ExportPass):
@@ -510,3 +519,27 @@ def test_edge_program_identical_to_stock(model: str) -> None:
         "ScalarToTensorPass.retrace",
     }
     assert expected <= in_place, in_place
+
+
+def test_fresh_names_are_a_fresh_namespaces() -> None:
+    """``inplace.fresh_names`` against torch's own ``_Namespace.create_name`` on sequences of
+    candidates with clashes, numeric suffixes, illegal characters and builtins: the same names
+    and the same namespace state, on a first call and on a repeated (remembered) one, and a
+    namespace handed out and then used does not change what a later call hands out."""
+    import random
+
+    from torch.fx.graph import _Namespace
+
+    rng = random.Random(7)
+    pool = ["x", "x_1", "x_01", "add", "add_1", "add_2", "1abc", "", "list", "a.b", "mul_10"]
+    for _ in range(50):
+        candidates = [rng.choice(pool) for _ in range(rng.randint(0, 12))]
+        expected = _Namespace()
+        expected_names = tuple(expected.create_name(c, None) for c in candidates)
+        for _repeat in range(2):
+            names, namespace = inplace.fresh_names(candidates)
+            assert names == expected_names
+            assert namespace._used_names == expected._used_names
+            assert namespace._base_count == expected._base_count
+            assert namespace._obj_to_name == {}
+            namespace.create_name("x", None)  # the caller goes on naming in it

@@ -9,7 +9,8 @@ that insert rescales or lower to TOSA).
 The kernels remembered here (:data:`OPERATORS`) are pure: each reads its arguments' metadata
 and values and, for ``tosa``, the lowering context's TOSA specification, then raises or returns
 one new dense tensor (``torch.empty_like`` / ``torch.empty``; read in executorch 1.5.1 and torch
-2.13: no logging, no state, no symbols). So the value of a call is a function of
+2.13: no logging, no state, no symbols for static shapes; ``MATMUL`` dispatches an ``aten.bmm``
+inside, which only fills ``FakeTensorMode``'s cache). So the value of a call is a function of
 :func:`_key` (the metadata of every tensor argument, every other argument the kernel reads by
 type and exact value, the specification, the default dtype and device, grad and inference
 mode) and is remembered as the metadata of the tensor it returned. A later call with the same
@@ -20,8 +21,8 @@ A call is remembered only when its result is what the reconstruction gives: a pl
 of this mode, not a view, not aliasing an input, no constant, static shape, not requiring grad,
 the autograd sequence number untouched, and a tensor rebuilt from the metadata equal to it
 (shape, strides, offset, dtype, device, layout, storage size). Anything else (another operator,
-an argument the key does not model, a real tensor, a symbol) is dispatched as stock dispatches
-it. On only inside the in-place re-trace (its interpreter), so only with acceleration on.
+an argument the key does not model, a real tensor, a symbol, a mode propagating real tensors,
+whose outputs carry one) is dispatched as stock dispatches it. On only inside the in-place re-trace (its interpreter), so only with acceleration on.
 """
 
 from __future__ import annotations
@@ -49,6 +50,19 @@ OPERATORS: dict[str, frozenset[int]] = {
     "tosa::ADD.default": frozenset(),
     "tosa::SUB.default": frozenset(),
     "tosa::MUL.default": frozenset(),
+    "tosa::RESHAPE.default": frozenset(),
+    "tosa::CONV2D.default": frozenset(),
+    "tosa::DEPTHWISE_CONV2D.default": frozenset(),
+    "tosa::SLICE.default": frozenset(),
+    "tosa::MATMUL.default": frozenset(),
+    "tosa::TRANSPOSE.default": frozenset(),
+    "tosa::CONCAT.default": frozenset(),
+    "tosa::REDUCE_SUM.default": frozenset(),
+    "tosa::CLAMP.default": frozenset(),
+    "tosa::AVG_POOL2D.default": frozenset(),
+    "tosa::MAX_POOL2D.default": frozenset(),
+    "tosa::GATHER.default": frozenset(),
+    "tosa::CAST.default": frozenset(),
 }
 
 #: The ``arm_accel.stats()`` entry: calls of the operators above, ``accelerated`` those served
@@ -125,12 +139,28 @@ def _key(value: Any, mode: FakeTensorMode, tensors: list[FakeTensor]) -> Any:
     raise _NoKey
 
 
+def _spec_key(spec: Any) -> Any:
+    """The TOSA specification by every field (its ``==`` compares version and profiles only,
+    while the kernels also read its extensions, ``8k`` level and U55 subset)."""
+    if spec is None:
+        return None
+    fields = tuple(
+        (name, tuple(value) if type(value) is list else value)
+        for name, value in sorted(vars(spec).items())
+    )
+    try:
+        hash(fields)
+    except TypeError:
+        raise _NoKey from None
+    return (type(spec), fields)
+
+
 def _context() -> tuple[Any, ...]:
     """The process state the kernels (and tensor creation) read."""
     from executorch.backends.arm.tosa.specification import TosaLoweringContext
 
     return (
-        TosaLoweringContext.tosa_spec_var.get(None),
+        _spec_key(TosaLoweringContext.tosa_spec_var.get(None)),
         torch.get_default_dtype(),
         torch._C._get_default_device(),
         torch.is_grad_enabled(),
@@ -203,7 +233,7 @@ class Interpreter(fx.Interpreter):
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         skip = ignored(target)
-        if skip is None or not _active(self.mode):
+        if skip is None or self.mode.propagate_real_tensors or not _active(self.mode):
             return super().call_function(target, args, kwargs)
         tensors: list[FakeTensor] = []
         try:

@@ -36,7 +36,6 @@ import copy
 import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -50,7 +49,7 @@ from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel.retrace_engine import fake_memo
-from arm_accel.retrace_engine.passthrough import passthrough
+from arm_accel.retrace_engine.passthrough import passthrough, source_digest
 
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
@@ -61,12 +60,14 @@ class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reas
 # What our last re-trace of a graph left, to know which values are still what dispatch gives.
 
 
-@dataclass(frozen=True)
 class _Left:
-    target: Any
-    args: Any
-    kwargs: Any
-    val: Any
+    """A node's target/args/kwargs/val objects when a re-trace left it (a slotted class: one
+    is made per node per re-trace)."""
+
+    __slots__ = ("target", "args", "kwargs", "val")
+
+    def __init__(self, target: Any, args: Any, kwargs: Any, val: Any) -> None:
+        self.target, self.args, self.kwargs, self.val = target, args, kwargs, val
 
 
 #: The attribute of an ``fx.Graph`` holding what our last re-trace of it left. On the graph
@@ -83,7 +84,7 @@ def record_freshness(graph: fx.Graph) -> None:
 
 def _left_now(node: fx.Node) -> _Left:
     """The node's target/args/kwargs/val objects as they are now."""
-    return _Left(node.target, node.args, node.kwargs, node.meta.get("val"))
+    return _Left(node.target, node._args, node._kwargs, node.meta.get("val"))
 
 
 def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
@@ -199,6 +200,28 @@ def check_pass(pass_: Any) -> None:
 _SHADOWED = ("_fx", "placeholder", "_call_quantized_op_without_fake_kernel")
 
 
+#: The digest of ``ArmPass._call_quantized_op_without_fake_kernel`` 's source as read for
+#: :func:`_quantized_value`: another source builds its nodes itself (``InplaceRetrace._adopt``).
+_QUANTIZED_OP_DIGEST = "67eb1c85a1d8bd91"
+
+
+@functools.cache
+def _quantized_value_modelled() -> bool:
+    from executorch.backends.arm._passes.arm_pass import ArmPass
+
+    return source_digest(ArmPass._call_quantized_op_without_fake_kernel) == _QUANTIZED_OP_DIGEST
+
+
+def _quantized_value(meta: NodeMetadata) -> Any:
+    """The value ``ArmPass._call_quantized_op_without_fake_kernel`` gives the node it builds
+    (its operators have no quantized fake kernel): a new tensor like the old value, in the
+    dtype of the output's quantization."""
+    old_val = meta.data["val"]
+    output_qparams = meta.data.get("output_qparams", {})
+    dtype = next(iter(output_qparams.values())).dtype if output_qparams else old_val.dtype
+    return torch.empty_like(old_val, dtype=dtype)
+
+
 def _stock_quantized_op(pass_: Any) -> bool:
     """The pass builds quantized ``bmm``/``leaky_relu`` nodes with ``ArmPass``'s own method."""
     from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -223,11 +246,19 @@ def check_graph(graph_module: fx.GraphModule) -> None:
     before: dict[fx.Node, tuple[Any, ...]] = getattr(graph, _CHECKED_ATTR, None) or {}
     passed: dict[fx.Node, tuple[Any, ...]] = {}
     for node in graph.nodes:
-        now = (node.op, node.target, node.args, node.kwargs, node.meta.get("val"))
+        op, target, args, kwargs = node.op, node.target, node._args, node._kwargs
+        val = node.meta.get("val")
         last = before.get(node)
-        if last is None or any(a is not b for a, b in zip(last, now, strict=True)):
-            _check_node(node, now[4])
-        passed[node] = now
+        if (
+            last is None
+            or last[0] is not op
+            or last[1] is not target
+            or last[2] is not args
+            or last[3] is not kwargs
+            or last[4] is not val
+        ):
+            _check_node(node, val)
+        passed[node] = (op, target, args, kwargs, val)
     setattr(graph, _CHECKED_ATTR, passed)
 
 
@@ -502,6 +533,10 @@ class InplaceRetrace:
         from executorch.backends.arm._passes.arm_pass import ArmPass
 
         node = self._being_rebuilt("call_function", args, kwargs)
+        if node is not None and op is node.target and _quantized_value_modelled():
+            # Stock's method without the node it creates: the same value, meta and name.
+            value = _quantized_value(meta)
+            return self._take(node, value, meta, _creation_candidate(self.graph, op, None))
         result = ArmPass._call_quantized_op_without_fake_kernel(self.pass_, op, args, kwargs, meta)
         if node is None or op is not node.target:
             return result
@@ -559,17 +594,26 @@ class InplaceRetrace:
             )
             res_data = getattr(pass_.interpreter, kind)(target, args_data, kwargs_data)
             self.dispatched += kind == "call_function"
+        return self._take(node, res_data, meta, self._rebuilt_candidate(target))
+
+    def _take(
+        self, node: fx.Node, res_data: Any, meta: NodeMetadata, candidate: str
+    ) -> ProxyValue:
+        """The node becomes the one stock creates for it with this value and name candidate:
+        inputs re-pointed, the meta ``TracerBase.create_node`` writes, the old meta over it,
+        then ``val``/``tensor_meta``."""
+        tracer = self.pass_.tracer
         self._repoint_inputs(node)
-        new_meta = _stock_node_meta(pass_.tracer, node, meta.data)
+        new_meta = _stock_node_meta(tracer, node, meta.data)
         self.journal.set_meta(node, new_meta)
         if isinstance(res_data, FakeTensor):
             # What ``ExportTracer.set_metadata`` makes of a fake tensor, without its tree maps.
             new_meta["val"] = res_data
             new_meta["tensor_meta"] = None
         else:
-            pass_.tracer.set_metadata(node, res_data)
-        self.candidates[node] = rebuilt_name_candidate(self.graph, target)
-        proxy = ProxyValue(res_data, pass_.tracer.proxy(node))
+            tracer.set_metadata(node, res_data)
+        self.candidates[node] = candidate
+        proxy = ProxyValue(res_data, tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
         return proxy
@@ -604,15 +648,18 @@ class InplaceRetrace:
         new_meta["val"] = val
         new_meta["tensor_meta"] = None
         self.journal.set_meta(node, new_meta)
-        target = node.target
-        candidate = self.candidate_of.get(target)
-        if candidate is None:
-            candidate = self.candidate_of[target] = rebuilt_name_candidate(self.graph, target)
-        self.candidates[node] = candidate
+        self.candidates[node] = self._rebuilt_candidate(node.target)
         proxy = ProxyValue(val, self.pass_.tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
         return proxy
+
+    def _rebuilt_candidate(self, target: Any) -> str:
+        """:func:`rebuilt_name_candidate`, once per target."""
+        candidate = self.candidate_of.get(target)
+        if candidate is None:
+            candidate = self.candidate_of[target] = rebuilt_name_candidate(self.graph, target)
+        return candidate
 
     def _repoint_inputs(self, node: fx.Node) -> None:
         """Where some input was rebuilt, point the args at what the re-trace made of them."""
@@ -766,13 +813,13 @@ class InplaceRetrace:
         graph = self.graph
         for node in reversed(self.unclaimed):
             graph.erase_node(node)
-        names = _Namespace()
         nodes = list(graph.nodes)
-        for node in nodes:
-            name = names.create_name(self.candidates[node], None)
+        candidates = self.candidates
+        names, namespace = fresh_names([candidates[node] for node in nodes])
+        for node, name in zip(nodes, names, strict=True):
             if node.name != name:
                 node.name = name
-        graph._graph_namespace = names
+        graph._graph_namespace = namespace
         order_users(nodes)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
@@ -782,6 +829,27 @@ class InplaceRetrace:
         new_gm.meta = self.gm.meta.copy()
         record_freshness(graph)
         return new_gm
+
+
+#: The last candidate sequence :func:`fresh_names` named, with its names and the namespace
+#: state they leave (a re-trace mostly names the nodes the previous one named, as it did).
+_last_names: list[Any] = [None]
+
+
+def fresh_names(candidates: list[str]) -> tuple[tuple[str, ...], _Namespace]:
+    """The names a fresh ``_Namespace`` gives these candidates in order (``create_name`` with
+    no object: a function of the sequence alone), and a namespace in the state it leaves."""
+    key = tuple(candidates)
+    last = _last_names[0]
+    if last is None or last[0] != key:
+        namespace = _Namespace()
+        names = tuple(namespace.create_name(c, None) for c in key)
+        last = (key, names, frozenset(namespace._used_names), dict(namespace._base_count))
+        _last_names[0] = last
+    namespace = _Namespace()
+    namespace._used_names = set(last[2])
+    namespace._base_count = dict(last[3])
+    return last[1], namespace
 
 
 def order_users(nodes: list[fx.Node]) -> None:

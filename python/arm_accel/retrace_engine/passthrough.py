@@ -55,21 +55,25 @@ def _always_own_path() -> frozenset[Any]:
 #: ``SymToTensorPass`` turns symbolic scalars into tensors, and ``check_graph`` declines every
 #: graph holding a symbol. A changed source is not trusted.
 _REBUILD_UNCHANGED: dict[str, str] = {
-    "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": (
-        "acecfcdbda6f6dbb"
-    ),
-    "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": ("4bfe6e5ab93ebdd2"),
+    "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": "acecfcdbda6f6dbb",
+    "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": "4bfe6e5ab93ebdd2",
 }
 
 
 @cache
-def _rebuilds_unchanged(fn: Any) -> bool:
-    digest = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
+def source_digest(fn: Any) -> str | None:
+    """The first 16 hex digits of the sha256 of ``fn`` 's source (None without a source): what
+    pins a modelled stock function to the source that was read."""
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):
-        return False
-    return digest is not None and hashlib.sha256(source.encode()).hexdigest()[:16] == digest
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _rebuilds_unchanged(fn: Any) -> bool:
+    digest = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
+    return digest is not None and source_digest(fn) == digest
 
 
 def _defining(cls: type, start: int = 0) -> tuple[int, Any] | None:
@@ -249,4 +253,4 @@ def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
     return through
 
 
-__all__ = ["passthrough"]
+__all__ = ["passthrough", "source_digest"]
