@@ -22,7 +22,8 @@ of this mode, not a view, not aliasing an input, no constant, static shape, not 
 the autograd sequence number untouched, and a tensor rebuilt from the metadata equal to it
 (shape, strides, offset, dtype, device, layout, storage size). Anything else (another operator,
 an argument the key does not model, a real tensor, a symbol, a mode propagating real tensors,
-whose outputs carry one) is dispatched as stock dispatches it. On only inside the in-place re-trace (its interpreter), so only with acceleration on.
+whose outputs carry one) is dispatched as stock dispatches it. On only inside the in-place
+re-trace (its interpreter), so only with acceleration on.
 """
 
 from __future__ import annotations

@@ -596,9 +596,7 @@ class InplaceRetrace:
             self.dispatched += kind == "call_function"
         return self._take(node, res_data, meta, self._rebuilt_candidate(target))
 
-    def _take(
-        self, node: fx.Node, res_data: Any, meta: NodeMetadata, candidate: str
-    ) -> ProxyValue:
+    def _take(self, node: fx.Node, res_data: Any, meta: NodeMetadata, candidate: str) -> ProxyValue:
         """The node becomes the one stock creates for it with this value and name candidate:
         inputs re-pointed, the meta ``TracerBase.create_node`` writes, the old meta over it,
         then ``val``/``tensor_meta``."""

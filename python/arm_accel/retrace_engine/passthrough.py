@@ -55,7 +55,8 @@ def _always_own_path() -> frozenset[Any]:
 #: ``SymToTensorPass`` turns symbolic scalars into tensors, and ``check_graph`` declines every
 #: graph holding a symbol. A changed source is not trusted.
 _REBUILD_UNCHANGED: dict[str, str] = {
-    "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": "acecfcdbda6f6dbb",
+    "executorch.exir.passes.scalar_to_tensor_pass"
+    ".ScalarToTensorPass.call_operator": "acecfcdbda6f6dbb",
     "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": "4bfe6e5ab93ebdd2",
 }
 
