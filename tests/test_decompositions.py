@@ -15,8 +15,10 @@ import torch
 from arm_accel import PassStats, counters, models, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import decompositions
+from arm_accel.retrace_engine import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 
 
@@ -44,6 +46,11 @@ def _accelerated() -> int:
     return counters.snapshot().get(decompositions.STATS_NAME, PassStats()).accelerated
 
 
+def _served() -> int:
+    """Calls served by the fake memo under ``FakeTensorMode.dispatch`` so far."""
+    return counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated
+
+
 @pytest.fixture(scope="module")
 def active() -> None:
     import executorch.backends.arm._passes  # noqa: F401  (the activation's trigger)
@@ -55,17 +62,20 @@ def active() -> None:
 def test_lowering_equals_stock(active: None) -> None:
     """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
     edge stage's program equals stock's (graph with every meta key, signature, state dict,
-    constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, or if
-    one was replayed with acceleration off."""
+    constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed or no
+    quantize/dequantize value served from the fake memo, or if either happened with
+    acceleration off."""
     model, inputs, mode = models.build("dscnnkws")
     exported = models.export_for_arm(model, inputs, mode)
-    before = _accelerated()
+    before, served = _accelerated(), _served()
     with arm_accel.disabled(), edge_stage_output() as stock_programs:
         stock_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() == before, "the fast path ran with acceleration off"
+    assert _served() == served, "the fake memo served calls with acceleration off"
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() > before, "no run_decompositions call was replayed"
+    assert _served() > served, "the fake memo served no call of the decompositions"
     assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)
@@ -155,7 +165,7 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
 
 def test_uninstall_restores_stock(active: None) -> None:
     """uninstall puts executorch's function and torch's methods (``run_decompositions``,
-    ``NodeSource.__init__``) back; install re-wraps them."""
+    ``NodeSource.__init__``, ``FakeTensorMode.dispatch``) back; install re-wraps them."""
     import executorch.exir.program._program as prog
     from arm_accel.edge import provenance
     from torch.fx.traceback import NodeSource
@@ -163,16 +173,19 @@ def test_uninstall_restores_stock(active: None) -> None:
     ours_method = ExportedProgram.run_decompositions
     ours_stage = prog._gen_edge_manager_for_partitioners
     ours_init = NodeSource.__init__
+    ours_dispatch = FakeTensorMode.dispatch
     decompositions.uninstall()
     try:
         assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
         assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
         assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
+        assert FakeTensorMode.dispatch is ours_dispatch.__wrapped__  # type: ignore[attr-defined]
         assert not provenance.installed()
     finally:
         decompositions.install()
     assert decompositions.installed() and provenance.installed()
     assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
+    assert FakeTensorMode.dispatch is not ours_dispatch.__wrapped__  # type: ignore[attr-defined]
 
 
 def _fallbacks() -> dict[str, int]:

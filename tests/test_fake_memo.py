@@ -222,3 +222,41 @@ def test_a_mode_propagating_real_tensors_is_not_served(
         memo.call_function(TOSA.ADD.default, (q, q), {})
     assert dispatched == [TOSA.ADD.default] * 2
     assert (memo.misses, memo.hits) == (0, 0)
+
+
+def test_dispatch_level_memo_serves_only_inside_its_block(mode: FakeTensorMode) -> None:
+    """Under ``FakeTensorMode.dispatch`` (what the edge stage's traces reach): inside
+    ``dispatching()`` a repeated quantize call is served from the mode's memo with the kernel's
+    metadata; outside the block, and in another thread while this one is inside it, nothing
+    is served."""
+    import threading
+
+    from arm_accel import PassStats, counters
+
+    fake_memo.install()
+
+    def served() -> int:
+        entry = counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats())
+        return entry.accelerated
+
+    x = torch.empty(4, 3).t()
+    quantize = QD.quantize_per_tensor.default
+    expected = sig(quantize(x, *Q8, torch.int8))
+    before = served()
+    quantize(x, *Q8, torch.int8)
+    assert served() == before
+    in_thread: list[torch.Tensor] = []
+
+    def elsewhere() -> None:
+        in_thread.append(quantize(x, *Q8, torch.int8))
+
+    with fake_memo.dispatching():
+        first = quantize(x, *Q8, torch.int8)
+        again = quantize(x, 0.7, 1, -128, 127, torch.int8)
+        assert served() == before + 1
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+        assert served() == before + 1 and sig(in_thread[0]) == expected
+    assert sig(first) == sig(again) == expected and again is not first
+    assert again.fake_mode is mode

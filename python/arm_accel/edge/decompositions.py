@@ -14,9 +14,12 @@ ExportedProgram. The nodes whose target was swapped since the last trace run onc
 (their kernels may annotate ``custom``); every other node computes what it computed last time.
 Anything else runs the stock call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
 with the reason. Every call of the stage, replayed or stock, builds its provenance records
-sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``).
-Checked against stock's own call in tests/test_decompositions.py and
-``benches/decompositions.py --compare``.
+sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``),
+and with the fake values of quantize/dequantize remembered per fake mode under
+``FakeTensorMode.dispatch`` (:mod:`arm_accel.retrace_engine.fake_memo`: their kernels run on
+every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only). Checked
+against stock's own call in tests/test_decompositions.py and ``benches/decompositions.py
+--compare``.
 
 :func:`install` wraps ``_gen_edge_manager_for_partitioners`` (to know which calls belong to the
 stage) and ``ExportedProgram.run_decompositions`` (a pass-through outside the stage);
@@ -45,6 +48,7 @@ from torch.export.graph_signature import (
 
 from arm_accel import collector
 from arm_accel.edge import provenance
+from arm_accel.retrace_engine import fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
 
@@ -333,7 +337,7 @@ def _decompose(
     if not switch.is_enabled():
         return stock(ep, table, triton)
     t0 = time.perf_counter()
-    with provenance.sharing():
+    with provenance.sharing(), fake_memo.dispatching():
         result = _decompose_sharing(stage, index, ep, table, triton, stock)
     counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
     return result
@@ -380,6 +384,7 @@ def install() -> None:
         if _installed:
             return
         provenance.install()
+        fake_memo.install()
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 
@@ -437,6 +442,7 @@ def uninstall() -> None:
         if ExportedProgram.__dict__.get("run_decompositions") is ours_method:
             ExportedProgram.run_decompositions = stock_method  # type: ignore[method-assign]
         provenance.uninstall()
+        fake_memo.uninstall()
         _installed.clear()
 
 

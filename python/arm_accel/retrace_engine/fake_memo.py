@@ -28,6 +28,11 @@ re-trace (its interpreter), so only with acceleration on.
 
 from __future__ import annotations
 
+import functools
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -69,6 +74,9 @@ OPERATORS: dict[str, frozenset[int]] = {
 #: The ``arm_accel.stats()`` entry: calls of the operators above, ``accelerated`` those served
 #: from the memo.
 STATS_NAME = "retrace_engine.fake_memo"
+#: The ``arm_accel.stats()`` entry of the calls served under ``FakeTensorMode.dispatch``
+#: (:func:`dispatching`: the edge stage's decompositions).
+DISPATCH_STATS_NAME = "to_edge.fake_memo"
 #: The attribute of a ``FakeTensorMode`` holding its memo (lives and dies with the mode).
 _MEMO_ATTR = "_arm_accel_fake_memo"
 #: Argument types keyed by value (exact types: ``bool`` is not ``int``).
@@ -218,6 +226,46 @@ def _sequence_nr() -> int:
     return int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
 
 
+def _serve(
+    mode: FakeTensorMode,
+    memo: dict[Any, Any],
+    target: Any,
+    args: Any,
+    kwargs: Any,
+    run: Any,
+    stats_name: str = STATS_NAME,
+) -> tuple[Any, bool | None]:
+    """The value of ``target(*args, **kwargs)`` in ``mode``: remembered (True), dispatched by
+    ``run()`` and remembered when it can be (False), or dispatched outside the memo (None).
+    Counted under ``stats_name``."""
+    skip = ignored(target)
+    if skip is None or mode.propagate_real_tensors:
+        return run(), None
+    tensors: list[FakeTensor] = []
+    try:
+        read = tuple(a for i, a in enumerate(args) if i not in skip) if skip else args
+        key = (target, _key(read, mode, tensors), _key(kwargs, mode, tensors), _context())
+    except _NoKey:
+        return run(), None
+    entry = memo.get(key)
+    counters.record_call(stats_name, 0.0, entry is not None)
+    if entry is not None:
+        return _made(mode, entry), True
+    seq_nr = _sequence_nr()
+    out = run()
+    if key not in memo:
+        modelled = _sequence_nr() == seq_nr
+        memo[key] = _entry_of(out, mode, tensors) if modelled else None
+    return out, False
+
+
+def _memo_of(mode: FakeTensorMode) -> dict[Any, tuple[Any, ...] | None]:
+    memo = mode.__dict__.get(_MEMO_ATTR)
+    if memo is None:
+        memo = mode.__dict__[_MEMO_ATTR] = {}
+    return memo  # type: ignore[no-any-return]
+
+
 class Interpreter(fx.Interpreter):
     """The interpreter ``_ExportPassBase._fx`` dispatches through, remembering the fake values
     of :data:`OPERATORS` in ``mode``."""
@@ -225,40 +273,88 @@ class Interpreter(fx.Interpreter):
     def __init__(self, module: fx.GraphModule, mode: FakeTensorMode) -> None:
         super().__init__(module)
         self.mode = mode
-        memo = mode.__dict__.get(_MEMO_ATTR)
-        if memo is None:
-            memo = mode.__dict__[_MEMO_ATTR] = {}
-        self.memo: dict[Any, tuple[Any, ...] | None] = memo
+        self.memo = _memo_of(mode)
         self.hits = 0
         self.misses = 0
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        skip = ignored(target)
-        if skip is None or self.mode.propagate_real_tensors or not _active(self.mode):
-            return super().call_function(target, args, kwargs)
-        tensors: list[FakeTensor] = []
-        try:
-            read = tuple(a for i, a in enumerate(args) if i not in skip) if skip else args
-            key = (
-                target,
-                _key(read, self.mode, tensors),
-                _key(kwargs, self.mode, tensors),
-                _context(),
-            )
-        except _NoKey:
-            return super().call_function(target, args, kwargs)
-        entry = self.memo.get(key)
-        counters.record_call(STATS_NAME, 0.0, entry is not None)
-        if entry is not None:
-            self.hits += 1
-            return _made(self.mode, entry)
-        self.misses += 1
-        seq_nr = _sequence_nr()
-        out = super().call_function(target, args, kwargs)
-        if key not in self.memo:
-            modelled = _sequence_nr() == seq_nr
-            self.memo[key] = _entry_of(out, self.mode, tensors) if modelled else None
+        def run() -> Any:
+            return super(Interpreter, self).call_function(target, args, kwargs)
+
+        if not _active(self.mode):
+            return run()
+        out, served = _serve(self.mode, self.memo, target, args, kwargs, run)
+        if served is not None:
+            self.hits += served
+            self.misses += not served
         return out
 
 
-__all__ = ["OPERATORS", "STATS_NAME", "Interpreter", "ignored", "qualified"]
+# ---------------------------------------------------------------------------------------------
+# The same memo under ``FakeTensorMode.dispatch``, for traces that dispatch through the modes
+# (the edge stage's ``run_decompositions``: its quantize/dequantize calls).
+
+_local = threading.local()
+_lock = threading.Lock()
+_installed: dict[str, Any] = {}
+
+
+@contextmanager
+def dispatching() -> Iterator[None]:
+    """In this block (this thread), ``FakeTensorMode.dispatch`` serves :data:`OPERATORS` from
+    the mode's memo (:func:`install` must have run)."""
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _local.depth -= 1
+
+
+def install() -> None:
+    """Wrap ``FakeTensorMode.dispatch`` (idempotent); outside :func:`dispatching` it runs
+    stock's."""
+    from torch._subclasses import fake_tensor
+
+    with _lock:
+        if _installed:
+            return
+        stock = FakeTensorMode.dispatch
+
+        @functools.wraps(stock)
+        def dispatch(
+            self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            def run() -> Any:
+                return stock(self, func, types, args, kwargs or {})
+
+            # Stock logs every call at DEBUG level first: a served call would not.
+            if not getattr(_local, "depth", 0) or fake_tensor.log.isEnabledFor(logging.DEBUG):
+                return run()
+            memo = _memo_of(self)
+            return _serve(self, memo, func, args, kwargs or {}, run, DISPATCH_STATS_NAME)[0]
+
+        FakeTensorMode.dispatch = dispatch  # type: ignore[method-assign]
+        _installed.update(stock=stock, ours=dispatch)
+
+
+def uninstall() -> None:
+    """Put stock's ``FakeTensorMode.dispatch`` back (where ours is still installed)."""
+    with _lock:
+        if not _installed:
+            return
+        if FakeTensorMode.__dict__.get("dispatch") is _installed["ours"]:
+            FakeTensorMode.dispatch = _installed["stock"]  # type: ignore[method-assign]
+        _installed.clear()
+
+
+__all__ = [
+    "DISPATCH_STATS_NAME",
+    "OPERATORS",
+    "STATS_NAME",
+    "Interpreter",
+    "dispatching",
+    "ignored",
+    "install",
+    "qualified",
+    "uninstall",
+]
