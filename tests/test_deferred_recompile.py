@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import inspect
 import pickle
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -186,7 +187,8 @@ def test_declined_recompiles_run_at_once(case: str, monkeypatch: pytest.MonkeyPa
 
 
 def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every recompile the pipeline deferred in an accelerated llama1 lowering: the code it
+    """Every recompile the pipeline and the edge stage's decompositions deferred in an
+    accelerated llama1 lowering: the code it
     gives when used (after the lowering: most graphs were edited again by then, so most come
     from the snapshot) equals what stock's ``Graph.python_code`` generated at the recompile."""
     from arm_accel import models
@@ -194,9 +196,9 @@ def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.Monk
     taken: list[tuple[fx.GraphModule, deferred.Snapshot, str]] = []
     defer = deferred.defer
 
-    def recording(gm: fx.GraphModule) -> deferred.DeferredCode:
+    def recording(gm: fx.GraphModule, numbered: bool = False) -> deferred.DeferredCode:
         expected = retrace_engine._installed["python_code"](gm._graph, "self").src
-        result = defer(gm)
+        result = defer(gm, numbered)
         snap = deferred.pending(gm)
         assert snap is not None
         taken.append((gm, snap, expected))
@@ -249,3 +251,45 @@ def test_pytree_info_replaced_after_the_recompile_keeps_the_recompiled_code() ->
     ours = steps(accelerated=True)
     assert deferred.counts["from_snapshot"] == before + 1
     assert ours == steps(accelerated=False)
+
+
+def test_deferred_outside_the_pipeline_keeps_stocks_file_names() -> None:
+    """Inside ``deferring_recompiles()`` (the edge stage's decompositions, which trace through
+    generated code and record its frames in stack traces): three recompiles, an edit between,
+    then a call. Stock compiles at each recompile, numbering ``<eval_with_key>.N`` from torch's
+    counter; deferred, the used code is compiled once, under the number its recompile took.
+    Compared with stock: the file name of the module's ``forward``, the counter afterwards, the
+    readable code; and the code was generated once, by the deferred path."""
+    loader = torch.fx.graph_module._loader
+
+    def steps(accelerated: bool) -> tuple[str, int, dict[str, Any]]:
+        gm = traced()
+        previous = switch.set_enabled(accelerated)
+        try:
+            with retrace_engine.deferring_recompiles():
+                start = loader.next_id
+                gm.recompile()
+                add_neg(gm)
+                gm.recompile()
+                gm.recompile()
+                x = torch.ones(2, 3)
+                gm(x, x)
+                # the third recompile's number, relative to the first's
+                name = type(gm).forward.__code__.co_filename
+                relative = int(re.match(r"<eval_with_key>\.(\d+)", name)[1]) - start  # type: ignore[index]
+                taken = loader.next_id - start
+                return f"{relative}/{taken}", start, readable(gm)
+        finally:
+            switch.set_enabled(previous)
+
+    before = dict(deferred.counts)
+    ours = steps(accelerated=True)
+    delta = {k: deferred.counts[k] - before[k] for k in before}
+    stock = steps(accelerated=False)
+    assert delta["deferred"] >= 3 and delta["generated"] >= 1, delta
+    assert ours[0] == stock[0] == "2/3"
+    for key in ours[2]:
+        if key == "result":
+            assert torch.equal(ours[2][key], stock[2][key])
+        else:
+            assert ours[2][key] == stock[2][key], key

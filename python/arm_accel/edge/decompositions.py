@@ -46,9 +46,9 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from arm_accel import collector
+from arm_accel import collector, retrace_engine
 from arm_accel.edge import provenance
-from arm_accel.retrace_engine import fake_memo
+from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
 
@@ -337,8 +337,11 @@ def _decompose(
     if not switch.is_enabled():
         return stock(ep, table, triton)
     t0 = time.perf_counter()
-    with provenance.sharing(), fake_memo.dispatching():
+    with provenance.sharing(), fake_memo.dispatching(), retrace_engine.deferring_recompiles():
         result = _decompose_sharing(stage, index, ep, table, triton, stock)
+    # What the call returns has its code, as stock's (its intermediate modules get theirs if
+    # they are ever used).
+    deferred.materialize(result.graph_module)
     counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
     return result
 

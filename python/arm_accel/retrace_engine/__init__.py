@@ -153,6 +153,19 @@ def _in_arm_pipeline() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
+@contextmanager
+def deferring_recompiles() -> Iterator[None]:
+    """Recompiles in this block (this thread) are deferred to first use (:mod:`.deferred`), as
+    in the Arm pipeline, each keeping the ``<eval_with_key>.N`` number stock's compile would
+    give it; nothing else of the engine is on. For the edge stage's decompositions: their
+    traces recompile every module they build and use the code of few."""
+    _local.deferring = getattr(_local, "deferring", 0) + 1
+    try:
+        yield
+    finally:
+        _local.deferring -= 1
+
+
 def _eligible(pass_: Any, graph_module: fx.GraphModule) -> str | None:
     """None when the pass's re-trace can be done in place, else why not."""
     from executorch.exir.pass_base import _ExportPassBase
@@ -250,8 +263,12 @@ def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None)
 
 def _recompile(self: fx.GraphModule) -> Any:
     # In the pipeline the code is generated when first used (``deferred``), else at once.
-    if _in_arm_pipeline() and switch.is_enabled() and deferred.deferrable(self):
-        return deferred.defer(self)
+    in_pipeline = _in_arm_pipeline()
+    deferring = in_pipeline or getattr(_local, "deferring", 0) > 0
+    if deferring and switch.is_enabled() and deferred.deferrable(self):
+        # Outside the pipeline the code keeps stock's ``<eval_with_key>.N`` file name: the
+        # decompositions trace through generated code and may record its frames.
+        return deferred.defer(self, numbered=not in_pipeline)
     deferred.drop(self)
     return _installed["recompile"](self)
 

@@ -69,6 +69,9 @@ class Snapshot:
     alive: list[Any]
     custom: dict[fx.Node, dict[Any, Any]]
     code: PythonCode | None = field(default=None)
+    #: The ``<eval_with_key>.N`` number stock's recompile would have compiled the code under
+    #: (taken from torch's counter at the recompile), or None to number it when compiled.
+    eval_id: int | None = field(default=None)
 
 
 def deferrable(gm: fx.GraphModule) -> bool:
@@ -156,13 +159,41 @@ def _generate(gm: fx.GraphModule, snap: Snapshot) -> PythonCode:
     return graph.python_code(root_module="self", record_func=False)
 
 
-def _install(gm: fx.GraphModule, code: PythonCode, co_fields: dict[str, Any]) -> None:
+def _install(gm: fx.GraphModule, code: PythonCode, snap: Snapshot) -> None:
     """What stock's recompile sets from the generated code."""
     d = gm.__dict__
     d["_code"] = code.src
     d["_lineno_map"] = code._lineno_map
     d["_prologue_start"] = code._prologue_start
-    type(gm).forward = fx_graph_module._forward_from_src(code.src, code.globals, co_fields)
+    type(gm).forward = _compile(code, snap)
+
+
+def reserve_eval_id() -> int:
+    """Take the next number of torch's ``<eval_with_key>.N`` counter, as a compile would."""
+    loader = fx_graph_module._loader
+    with _lock:
+        number: int = loader.next_id
+        loader.next_id = number + 1
+    return number
+
+
+def _compile(code: PythonCode, snap: Snapshot) -> Any:
+    """``forward`` compiled from the code, under the number reserved for it if any (so the file
+    name of its frames, which traces through it record in stack traces, is stock's)."""
+    if snap.eval_id is None:
+        return fx_graph_module._forward_from_src(code.src, code.globals, snap.co_fields)
+    loader = fx_graph_module._loader
+    with _lock:
+        following = loader.next_id
+        loader.next_id = snap.eval_id
+        try:
+            # stock's ``_forward_from_src`` itself (not a memo that may hand back a function
+            # compiled under another number)
+            return fx_graph_module._method_from_src(
+                method_name="forward", src=code.src, globals=code.globals, co_fields=snap.co_fields
+            )
+        finally:
+            loader.next_id = following
 
 
 def pending(gm: fx.GraphModule) -> Snapshot | None:
@@ -184,7 +215,7 @@ def materialize(gm: fx.GraphModule) -> None:
         if snap is None:
             return
         code = _generate(gm, snap)
-        _install(gm, code, snap.co_fields)
+        _install(gm, code, snap)
         snap.code = code
 
 
@@ -282,13 +313,16 @@ def _wrap_call(cls: type) -> None:
     cls.__call__ = call_wrapped  # type: ignore[method-assign]
 
 
-def defer(gm: fx.GraphModule) -> DeferredCode:
-    """Stock's recompile with the code generation deferred (``deferrable(gm)`` holds)."""
+def defer(gm: fx.GraphModule, numbered: bool = False) -> DeferredCode:
+    """Stock's recompile with the code generation deferred (``deferrable(gm)`` holds);
+    ``numbered``: the code's ``<eval_with_key>.N`` number is taken now, as stock takes it."""
     graph = gm._graph
     if isinstance(graph._codegen, _PyTreeCodeGen):
         gm._in_spec = graph._codegen.pytree_info.in_spec
         gm._out_spec = graph._codegen.pytree_info.out_spec
     snap = snapshot(graph)
+    if numbered:
+        snap.eval_id = reserve_eval_id()
     _make_lazy(gm)
     _wrap_call(type(gm))
     with _lock:
