@@ -70,7 +70,7 @@ case "${UPSTREAM_SET:-passes}" in
 esac
 # The ops tests that fail in stock too, one per line: numeric tolerance failures on unseeded
 # random data (test_native_layer_norm_tosa_INT_a16w8[randn_last_dim]: stock fails 7 of 60
-# seeds; its TOSA bytes equal stock's for every seed checked). Listed, a failure is expected,
+# seeds; accelerated, its TOSA bytes equal stock's for seeds 0-2). Listed, a failure is expected,
 # not required.
 if [ "${UPSTREAM_SET:-passes}" != passes ] && [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
   KNOWN_STOCK_FAILURES=$(cat scripts/upstream_ops_stock_failures.txt)
