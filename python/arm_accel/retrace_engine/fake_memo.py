@@ -324,14 +324,17 @@ def install() -> None:
         def dispatch(
             self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
         ) -> Any:
-            def run() -> Any:
-                return stock(self, func, types, args, kwargs or {})
-
-            # Stock logs every call at DEBUG level first: a served call would not.
+            kwargs = kwargs or {}
+            # Every fake dispatch of the process comes here: outside the block, straight to
+            # stock. Stock logs every call at DEBUG level first, which a served call would not.
             if not getattr(_local, "depth", 0) or fake_tensor.log.isEnabledFor(logging.DEBUG):
-                return run()
+                return stock(self, func, types, args, kwargs)
+
+            def run() -> Any:
+                return stock(self, func, types, args, kwargs)
+
             memo = _memo_of(self)
-            return _serve(self, memo, func, args, kwargs or {}, run, DISPATCH_STATS_NAME)[0]
+            return _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)[0]
 
         FakeTensorMode.dispatch = dispatch  # type: ignore[method-assign]
         _installed.update(stock=stock, ours=dispatch)
