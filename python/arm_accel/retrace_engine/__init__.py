@@ -267,7 +267,7 @@ def _recompile(self: fx.GraphModule) -> Any:
     deferring = in_pipeline or getattr(_local, "deferring", 0) > 0
     if deferring and switch.is_enabled() and deferred.deferrable(self):
         # Outside the pipeline the code keeps stock's ``<eval_with_key>.N`` file name: the
-        # decompositions trace through generated code and may record its frames.
+        # decompositions trace through generated code, so a frame of it could be recorded.
         return deferred.defer(self, numbered=not in_pipeline)
     deferred.drop(self)
     return _installed["recompile"](self)

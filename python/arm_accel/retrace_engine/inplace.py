@@ -533,13 +533,15 @@ class InplaceRetrace:
         from executorch.backends.arm._passes.arm_pass import ArmPass
 
         node = self._being_rebuilt("call_function", args, kwargs)
-        if node is not None and op is node.target and _quantized_value_modelled():
+        if node is None or op is not node.target:
+            return ArmPass._call_quantized_op_without_fake_kernel(
+                self.pass_, op, args, kwargs, meta
+            )
+        if _quantized_value_modelled():
             # Stock's method without the node it creates: the same value, meta and name.
             value = _quantized_value(meta)
             return self._take(node, value, meta, _creation_candidate(self.graph, op, None))
         result = ArmPass._call_quantized_op_without_fake_kernel(self.pass_, op, args, kwargs, meta)
-        if node is None or op is not node.target:
-            return result
         return self._adopt(node, result)
 
     def _adopt(self, node: fx.Node, made: ProxyValue) -> ProxyValue:
