@@ -17,7 +17,8 @@ with the reason. Every call of the stage, replayed or stock, builds its provenan
 sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``),
 and with the fake values of quantize/dequantize remembered per fake mode under
 ``FakeTensorMode.dispatch`` (:mod:`arm_accel.retrace_engine.fake_memo`: their kernels run on
-every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only). Checked
+every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only), and with
+each collection of CIA ops materializing them once (:mod:`arm_accel.edge.cia_ops`). Checked
 against stock's own call in tests/test_decompositions.py and ``benches/decompositions.py
 --compare``.
 
@@ -47,7 +48,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import collector, retrace_engine
-from arm_accel.edge import provenance
+from arm_accel.edge import cia_ops, provenance
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -337,7 +338,12 @@ def _decompose(
     if not switch.is_enabled():
         return stock(ep, table, triton)
     t0 = time.perf_counter()
-    with provenance.sharing(), fake_memo.dispatching(), retrace_engine.deferring_recompiles():
+    with (
+        provenance.sharing(),
+        fake_memo.dispatching(),
+        retrace_engine.deferring_recompiles(),
+        cia_ops.collecting_once(),
+    ):
         result = _decompose_sharing(stage, index, ep, table, triton, stock)
     # What the call returns has its code, as stock's (its intermediate modules get theirs if
     # they are ever used).
@@ -388,6 +394,7 @@ def install() -> None:
             return
         provenance.install()
         fake_memo.install()
+        cia_ops.install()
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 
@@ -446,6 +453,7 @@ def uninstall() -> None:
             ExportedProgram.run_decompositions = stock_method  # type: ignore[method-assign]
         provenance.uninstall()
         fake_memo.uninstall()
+        cia_ops.uninstall()
         _installed.clear()
 
 
