@@ -57,10 +57,11 @@ def rename_and_reroute(gm: fx.GraphModule) -> None:
     relu.args = (y,)
 
 
-def readable(gm: fx.GraphModule) -> dict[str, Any]:
-    """Everything of ``gm``'s code a user can read, and what its forward computes."""
+def readable(gm: fx.GraphModule, pickled: bool = True) -> dict[str, Any]:
+    """Everything of ``gm``'s code a user can read, and what its forward computes
+    (``pickled``: and the code of its pickle round trip)."""
     x, y = torch.ones(2, 3), torch.full((2, 3), 2.0)
-    return {
+    read = {
         "code": gm.code,
         "lineno_map": gm._lineno_map,
         "prologue_start": gm._prologue_start,
@@ -68,8 +69,10 @@ def readable(gm: fx.GraphModule) -> dict[str, Any]:
         "signature": str(inspect.signature(gm.forward)),
         "class forward": str(inspect.signature(type(gm).forward)),
         "result": gm(x, y),
-        "pickled code": pickle.loads(pickle.dumps(gm)).code,
     }
+    if pickled:
+        read["pickled code"] = pickle.loads(pickle.dumps(gm)).code
+    return read
 
 
 def run(steps: Callable[[fx.GraphModule], Any], accelerated: bool) -> tuple[Any, dict[str, Any]]:
@@ -293,3 +296,42 @@ def test_deferred_outside_the_pipeline_keeps_stocks_file_names() -> None:
             assert torch.equal(ours[2][key], stock[2][key])
         else:
             assert ours[2][key] == stock[2][key], key
+
+
+def test_unlifted_module_is_deferred_like_stock() -> None:
+    """``ExportedProgram.module()`` inside ``deferring_recompiles()`` (the edge stage's
+    decompositions unlift every program they trace or replay): torch.export's
+    ``_StatefulGraphModule`` is deferred too. Compared with stock: the module's base class, its
+    code, line map, ``str()``, forward signatures and result, the file name of its
+    ``forward`` and torch's ``<eval_with_key>`` counter afterwards (its input hooks run on the
+    call); and its recompiles were deferred."""
+    from torch.export._unlift import _StatefulGraphModule
+
+    loader = torch.fx.graph_module._loader
+    x, y = torch.ones(2, 3), torch.full((2, 3), 2.0)
+    ep = torch.export.export(Net(), (x, y))
+
+    def steps(accelerated: bool) -> tuple[Any, ...]:
+        previous = switch.set_enabled(accelerated)
+        try:
+            with retrace_engine.deferring_recompiles():
+                start = loader.next_id
+                gm = ep.module()
+                pending = deferred.pending(gm) is not None
+                read = {k: v for k, v in readable(gm, pickled=False).items() if k != "result"}
+                result = gm(x, y)
+                name = type(gm).forward.__code__.co_filename
+                number = int(re.match(r"<eval_with_key>\.(\d+)", name)[1]) - start  # type: ignore[index]
+                return type(gm).__mro__[1], pending, read, result, number, loader.next_id - start
+        finally:
+            switch.set_enabled(previous)
+
+    before = deferred.counts["deferred"]
+    ours = steps(accelerated=True)
+    deferred_here = deferred.counts["deferred"] - before
+    stock = steps(accelerated=False)
+    assert ours[0] is stock[0] is _StatefulGraphModule
+    assert ours[1] and not stock[1] and deferred_here >= 1
+    assert ours[2] == stock[2]
+    assert torch.equal(ours[3], stock[3])
+    assert ours[4:] == stock[4:]

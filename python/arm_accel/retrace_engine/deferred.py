@@ -19,7 +19,8 @@ still matches the snapshot the code comes from the graph; when it was edited sin
 recompile (stock's code would be the old one) it comes from a copy of the graph rebuilt from
 the snapshot.
 
-Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses,
+Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses
+(but torch.export's ``_StatefulGraphModule``, which ``ExportedProgram.module()`` returns),
 modules with GraphModule children (stock recompiles those too), other code generators,
 ``FX_GRAPH_SHOW_META`` (its comments hold every meta value) and profiler metadata.
 
@@ -74,11 +75,23 @@ class Snapshot:
     eval_id: int | None = field(default=None)
 
 
+@functools.cache
+def _deferrable_bases() -> tuple[type, ...]:
+    """GraphModule, and torch.export's unlifted module: ``_StatefulGraphModule`` adds only an
+    ``__init__`` (two attributes the recompile neither reads nor sets) and a metaclass that
+    hides the constructor."""
+    from torch.export._unlift import _StatefulGraphModule
+
+    return (fx.GraphModule, _StatefulGraphModule)
+
+
 def deferrable(gm: fx.GraphModule) -> bool:
     """Whether a recompile of ``gm`` may be deferred (see the module docstring)."""
     cls = type(gm)
     # Every GraphModule has a class of its own (``GraphModule.__new__``), named by __init__.
-    if cls.__qualname__.split(".")[-1] != "GraphModuleImpl" or cls.__mro__[1] is not fx.GraphModule:
+    if cls.__qualname__.split(".")[-1] != "GraphModuleImpl" or (
+        cls.__mro__[1] not in _deferrable_bases()
+    ):
         return False
     graph = gm.__dict__.get("_graph")
     if graph is None or type(graph._codegen) not in _CODEGENS:
