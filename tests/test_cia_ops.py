@@ -108,3 +108,20 @@ def test_uninstall_restores_stock() -> None:
         cia_ops.install()
     assert all(m._collect_all_valid_cia_ops is not stock_collect for m in modules)
     assert export_utils._materialize_cpp_cia_ops is not stock_materialize
+
+
+def test_another_source_wraps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a torch whose collection reads differently (a digest that does not match the
+    source modelled), install raises ImportError and leaves stock's functions in place."""
+    stock_collect = cia_ops._installed["collect"][0]
+    cia_ops.uninstall()
+    try:
+        monkeypatch.setitem(cia_ops.MODELLED_SOURCES, "_materialize_cpp_cia_ops", "0" * 16)
+        with pytest.raises(ImportError, match="_materialize_cpp_cia_ops"):
+            cia_ops.install()
+        assert not cia_ops.installed()
+        assert export_utils._collect_all_valid_cia_ops is stock_collect
+    finally:
+        monkeypatch.undo()
+        cia_ops.install()
+    assert cia_ops.installed()

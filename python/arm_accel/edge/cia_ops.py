@@ -29,6 +29,16 @@ from typing import Any
 
 #: ``stats()`` entry: one accelerated call per collection that materialized once.
 STATS_NAME = "to_edge.cia_ops"
+#: The source digests (``passthrough.source_digest``) of the ``torch._export.utils`` functions
+#: the argument above was read from (torch 2.13): with another source nothing is wrapped.
+MODELLED_SOURCES = {
+    "_collect_all_valid_cia_ops": "1d09a99ea79bd377",
+    "_collect_all_valid_cia_ops_for_namespace": "c26d5cd619830773",
+    "_materialize_cpp_cia_ops": "51472f6b4e2c3782",
+    "_is_preservable_cia_op": "00d78e92c3d6d9f6",
+    "_check_valid_to_preserve": "a225772212a823aa",
+    "_is_cia_op": "4588c37719fb8356",
+}
 #: The modules that bind ``_collect_all_valid_cia_ops`` by name (``from ... import``).
 COLLECTION_MODULES = (
     "torch._export.utils",
@@ -90,13 +100,19 @@ def _materialization(stock: Any) -> Any:
 
 
 def install() -> None:
-    """Wrap the collection (in every module binding it) and the materialization (idempotent)."""
+    """Wrap the collection (in every module binding it) and the materialization (idempotent).
+    Raises ImportError, wrapping nothing, where torch's functions are not the ones modelled."""
     import importlib
+
+    from arm_accel.retrace_engine.passthrough import source_digest
 
     with _lock:
         if _installed:
             return
         utils: Any = importlib.import_module("torch._export.utils")
+        for name, digest in MODELLED_SOURCES.items():
+            if source_digest(getattr(utils, name, None)) != digest:
+                raise ImportError(f"torch._export.utils.{name} is not the source modelled")
         stock_collect = utils._collect_all_valid_cia_ops
         stock_materialize = utils._materialize_cpp_cia_ops
         modules: list[Any] = [importlib.import_module(m) for m in COLLECTION_MODULES]
@@ -132,4 +148,16 @@ def uninstall() -> None:
         _installed.clear()
 
 
-__all__ = ["COLLECTION_MODULES", "STATS_NAME", "collecting_once", "install", "uninstall"]
+def installed() -> bool:
+    return bool(_installed)
+
+
+__all__ = [
+    "COLLECTION_MODULES",
+    "MODELLED_SOURCES",
+    "STATS_NAME",
+    "collecting_once",
+    "install",
+    "installed",
+    "uninstall",
+]

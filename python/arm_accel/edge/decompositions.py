@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import logging
 import operator
 import threading
 import time
@@ -394,7 +395,12 @@ def install() -> None:
             return
         provenance.install()
         fake_memo.install()
-        cia_ops.install()
+        try:
+            cia_ops.install()
+        except ImportError as exc:  # another torch: its collections stay stock
+            logging.getLogger("arm_accel").debug(
+                "arm_accel: %s stays stock: %s", cia_ops.STATS_NAME, exc
+            )
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 

@@ -80,8 +80,10 @@ def _deferrable_bases() -> tuple[type, ...]:
     """GraphModule, and torch.export's unlifted module: ``_StatefulGraphModule`` adds only an
     ``__init__`` (two attributes the recompile neither reads nor sets) and a metaclass that
     hides the constructor."""
-    from torch.export._unlift import _StatefulGraphModule
-
+    try:
+        from torch.export._unlift import _StatefulGraphModule
+    except ImportError:  # another torch: its unlifted modules recompile at once
+        return (fx.GraphModule,)
     return (fx.GraphModule, _StatefulGraphModule)
 
 
