@@ -122,6 +122,15 @@ def _is_cia(op: torch._ops.OpOverload) -> bool:
     return torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")
 
 
+def _preserved_cia(op: torch._ops.OpOverload) -> bool:
+    """A CompositeImplicitAutograd op the re-trace keeps as it is when the table does not hold
+    it (the caller checks that): an aten op of the preservable set
+    (``_split_decomp_table_to_cia_and_python_decomp`` preserves every one the table lacks)."""
+    from torch._export.utils import _collect_all_valid_cia_ops_for_aten_namespace
+
+    return op.namespace == "aten" and op in _collect_all_valid_cia_ops_for_aten_namespace()
+
+
 def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
     """Why the re-trace of ``ep`` with ``table`` may change more than :func:`replay_program`
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional)."""
@@ -168,7 +177,7 @@ def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
             return f"{name} in the decomposition table"
         if target._schema.is_mutable:
             return f"{name} is mutable"
-        if _is_cia(target):
+        if _is_cia(target) and not _preserved_cia(target):
             return f"{name} is CompositeImplicitAutograd"
         if not node.users and name not in KEPT_WITHOUT_USERS:
             return "dead node"
