@@ -4,8 +4,10 @@
 ``ExportedProgram.run_decompositions`` three times on the Arm path; each re-exports the whole
 program through ``make_fx`` with fake tensors. When a call's input is the output of the previous
 call of the same stage (edited only by ``_replace_aten_ops_with_transformed_ops``' target swaps),
-every target is a functional OpOverload that is neither in the table nor
-CompositeImplicitAutograd, the re-trace replays each node as it is. What it still changes is
+every target is a functional OpOverload that is not in the table and either not
+CompositeImplicitAutograd or one the re-trace preserves (aten's preservable set: the re-trace
+keeps every one its table lacks, computing its value by its decomposition, as the previous
+trace did on the same values), the re-trace replays each node as it is. What it still changes is
 modelled here without tracing the program (:func:`replay_program`): names renumbered in graph
 order by fx's namespace, two provenance levels in ``from_node``, ``original_aten`` (the
 dispatched op) and ``eager_input_vals`` as the tracer records them, param/buffer placeholder meta
