@@ -14,7 +14,7 @@ import pytest
 import torch
 from arm_accel import PassStats, counters, models, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
-from arm_accel.edge import cia_ops, decompositions
+from arm_accel.edge import cia_ops, cia_override, decompositions
 from arm_accel.retrace_engine import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
@@ -51,6 +51,11 @@ def _collected() -> int:
     return counters.snapshot().get(cia_ops.STATS_NAME, PassStats()).accelerated
 
 
+def _overridden() -> int:
+    """CIA overrides entered by ``arm_accel.edge.cia_override`` so far."""
+    return counters.snapshot().get(cia_override.STATS_NAME, PassStats()).accelerated
+
+
 def _served() -> int:
     """Calls served by the fake memo under ``FakeTensorMode.dispatch`` so far."""
     return counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated
@@ -68,21 +73,29 @@ def test_lowering_equals_stock(active: None) -> None:
     """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
     edge stage's program equals stock's (graph with every meta key, signature, state dict,
     constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, no
-    quantize/dequantize value served from the fake memo or no collection of CIA ops
-    materialized once, or if any of these happened with acceleration off."""
+    quantize/dequantize value served from the fake memo, no collection of CIA ops materialized
+    once or no CIA override made its patches directly, or if any of these happened with
+    acceleration off."""
     model, inputs, mode = models.build("dscnnkws")
     exported = models.export_for_arm(model, inputs, mode)
-    before, served, collected = _accelerated(), _served(), _collected()
+    before, served, collected, overridden = (
+        _accelerated(),
+        _served(),
+        _collected(),
+        _overridden(),
+    )
     with arm_accel.disabled(), edge_stage_output() as stock_programs:
         stock_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() == before, "the fast path ran with acceleration off"
     assert _served() == served, "the fake memo served calls with acceleration off"
     assert _collected() == collected, "CIA ops collected once with acceleration off"
+    assert _overridden() == overridden, "the CIA override ran ours with acceleration off"
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() > before, "no run_decompositions call was replayed"
     assert _served() > served, "the fake memo served no call of the decompositions"
     assert _collected() > collected, "no collection of CIA ops materialized once"
+    assert _overridden() > overridden, "no CIA override made its patches directly"
     assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)

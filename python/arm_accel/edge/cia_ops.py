@@ -23,9 +23,10 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
+
+from arm_accel.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per collection that materialized once.
 STATS_NAME = "to_edge.cia_ops"
@@ -46,19 +47,21 @@ COLLECTION_MODULES = (
     "torch.export.decomp_utils",
 )
 
+_scope = ThreadScope()
+#: Per thread: ``materialized``, the state of the innermost collection.
 _local = threading.local()
 _lock = threading.Lock()
 _installed: dict[str, Any] = {}
 
 
-@contextmanager
-def collecting_once() -> Iterator[None]:
+def collecting_once() -> AbstractContextManager[None]:
     """In this block (this thread) each collection of CIA ops materializes once."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _local.depth -= 1
+    return _scope.entered()
+
+
+def collecting() -> bool:
+    """Whether this thread is inside :func:`collecting_once` (the edge stage's calls)."""
+    return _scope.active()
 
 
 def _collection(stock: Any) -> Any:
@@ -69,7 +72,7 @@ def _collection(stock: Any) -> Any:
     def collect() -> Any:
         from arm_accel import counters
 
-        if not getattr(_local, "depth", 0):
+        if not _scope.active():
             return stock()
         outer = getattr(_local, "materialized", None)
         _local.materialized = False
@@ -156,6 +159,7 @@ __all__ = [
     "COLLECTION_MODULES",
     "MODELLED_SOURCES",
     "STATS_NAME",
+    "collecting",
     "collecting_once",
     "install",
     "installed",

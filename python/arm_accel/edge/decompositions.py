@@ -19,9 +19,10 @@ with the reason. Every call of the stage, replayed or stock, builds its provenan
 sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``),
 and with the fake values of quantize/dequantize remembered per fake mode under
 ``FakeTensorMode.dispatch`` (:mod:`arm_accel.retrace_engine.fake_memo`: their kernels run on
-every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only), and with
-each collection of CIA ops materializing them once (:mod:`arm_accel.edge.cia_ops`). Checked
-against stock's own call in tests/test_decompositions.py and ``benches/decompositions.py
+every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only), with each
+collection of CIA ops materializing them once (:mod:`arm_accel.edge.cia_ops`), and with the
+CIA override's patches written without their decorators (:mod:`arm_accel.edge.cia_override`).
+Checked against stock's own call in tests/test_decompositions.py and ``benches/decompositions.py
 --compare``.
 
 :func:`install` wraps ``_gen_edge_manager_for_partitioners`` (to know which calls belong to the
@@ -51,7 +52,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import collector, retrace_engine
-from arm_accel.edge import cia_ops, provenance
+from arm_accel.edge import cia_ops, cia_override, provenance
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -406,12 +407,13 @@ def install() -> None:
             return
         provenance.install()
         fake_memo.install()
-        try:
-            cia_ops.install()
-        except ImportError as exc:  # another torch: its collections stay stock
-            logging.getLogger("arm_accel").debug(
-                "arm_accel: %s stays stock: %s", cia_ops.STATS_NAME, exc
-            )
+        for part in (cia_ops, cia_override):
+            try:
+                part.install()
+            except ImportError as exc:  # another torch: this part stays stock
+                logging.getLogger("arm_accel").debug(
+                    "arm_accel: %s stays stock: %s", part.STATS_NAME, exc
+                )
         stock_stage = prog._gen_edge_manager_for_partitioners
         stock_method = ExportedProgram.run_decompositions
 
@@ -471,6 +473,7 @@ def uninstall() -> None:
         provenance.uninstall()
         fake_memo.uninstall()
         cia_ops.uninstall()
+        cia_override.uninstall()
         _installed.clear()
 
 

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from torch.fx import traceback as fx_traceback
 
+from arm_accel.scopes import ThreadScope
+
 #: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
 STATS_NAME = "to_edge.provenance"
 
-_local = threading.local()
+_scope = ThreadScope()
 _lock = threading.Lock()
 _installed: dict[str, Any] = {}
 
@@ -51,7 +52,7 @@ def install() -> None:
 
         @functools.wraps(stock)
         def __init__(self: Any, node: Any, pass_name: str = "", action: Any = None) -> None:
-            chain = _shared_chain(node) if getattr(_local, "depth", 0) else None
+            chain = _shared_chain(node) if _scope.active() else None
             if chain is None:
                 stock(self, node, pass_name, action)
                 return
@@ -80,12 +81,7 @@ def installed() -> bool:
     return bool(_installed)
 
 
-@contextmanager
-def sharing() -> Iterator[None]:
+def sharing() -> AbstractContextManager[None]:
     """Records built in this thread inside the block share their ancestors (needs
     :func:`install`; without it the block changes nothing)."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _local.depth -= 1
+    return _scope.entered()

@@ -15,10 +15,9 @@ manager runs goes through :func:`accelerated_call`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -26,6 +25,7 @@ from torch import fx
 
 from arm_accel import collector, counters, switch
 from arm_accel.retrace_engine import codegen, deferred
+from arm_accel.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
 
@@ -145,25 +145,21 @@ CONDITIONAL_CALLERS: dict[str, Callable[[fx.GraphModule], str | None]] = {
 #: the middle of a propagation call, which goes on editing.
 RETRACE_LAST = "_arm_accel_retrace_last"
 
-_local = threading.local()
+_pipeline = ThreadScope()
+_deferring = ThreadScope()
 _installed: dict[str, Any] = {}
 
 
 def _in_arm_pipeline() -> bool:
-    return getattr(_local, "depth", 0) > 0
+    return _pipeline.active()
 
 
-@contextmanager
-def deferring_recompiles() -> Iterator[None]:
+def deferring_recompiles() -> AbstractContextManager[None]:
     """Recompiles in this block (this thread) are deferred to first use (:mod:`.deferred`), as
     in the Arm pipeline, each keeping the ``<eval_with_key>.N`` number stock's compile would
     give it; nothing else of the engine is on. For the edge stage's decompositions: their
     traces recompile every module they build and use the code of few."""
-    _local.deferring = getattr(_local, "deferring", 0) + 1
-    try:
-        yield
-    finally:
-        _local.deferring -= 1
+    return _deferring.entered()
 
 
 def _eligible(pass_: Any, graph_module: fx.GraphModule) -> str | None:
@@ -228,14 +224,9 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     return result
 
 
-@contextmanager
-def arm_pipeline() -> Iterator[None]:
+def arm_pipeline() -> AbstractContextManager[None]:
     """Re-traces in this block (this thread) are the Arm pipeline's: served by the engine."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _local.depth -= 1
+    return _pipeline.entered()
 
 
 def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -264,7 +255,7 @@ def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None)
 def _recompile(self: fx.GraphModule) -> Any:
     # In the pipeline the code is generated when first used (``deferred``), else at once.
     in_pipeline = _in_arm_pipeline()
-    deferring = in_pipeline or getattr(_local, "deferring", 0) > 0
+    deferring = in_pipeline or _deferring.active()
     if deferring and switch.is_enabled() and deferred.deferrable(self):
         # Outside the pipeline the code keeps stock's ``<eval_with_key>.N`` file name: the
         # decompositions trace through generated code, so a frame of it could be recorded.

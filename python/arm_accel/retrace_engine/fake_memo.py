@@ -31,8 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from functools import cache
 from typing import Any
 
@@ -42,6 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from arm_accel import counters
+from arm_accel.scopes import ThreadScope
 
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
 #: positions of the arguments their fake kernels never read (left out of the key, so that nodes
@@ -294,20 +294,15 @@ class Interpreter(fx.Interpreter):
 # The same memo under ``FakeTensorMode.dispatch``, for traces that dispatch through the modes
 # (the edge stage's ``run_decompositions``: its quantize/dequantize calls).
 
-_local = threading.local()
+_scope = ThreadScope()
 _lock = threading.Lock()
 _installed: dict[str, Any] = {}
 
 
-@contextmanager
-def dispatching() -> Iterator[None]:
+def dispatching() -> AbstractContextManager[None]:
     """In this block (this thread), ``FakeTensorMode.dispatch`` serves :data:`OPERATORS` from
     the mode's memo (:func:`install` must have run)."""
-    _local.depth = getattr(_local, "depth", 0) + 1
-    try:
-        yield
-    finally:
-        _local.depth -= 1
+    return _scope.entered()
 
 
 def install() -> None:
@@ -327,7 +322,7 @@ def install() -> None:
             kwargs = kwargs or {}
             # Every fake dispatch of the process comes here: outside the block, straight to
             # stock. Stock logs every call at DEBUG level first, which a served call would not.
-            if not getattr(_local, "depth", 0) or fake_tensor.log.isEnabledFor(logging.DEBUG):
+            if not _scope.active() or fake_tensor.log.isEnabledFor(logging.DEBUG):
                 return stock(self, func, types, args, kwargs)
 
             def run() -> Any:
