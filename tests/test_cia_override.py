@@ -39,7 +39,7 @@ def _kind(fn: Any) -> Any:
     if isinstance(fn, functools.partial):
         inner = {k: _kind(v) if callable(v) else v for k, v in fn.keywords.items()}
         return ("partial", fn.func.__name__, tuple(fn.args), tuple(sorted(inner.items())))
-    if getattr(fn, "__closure__", None) is not None or hasattr(fn, "__qualname__"):
+    if hasattr(fn, "__qualname__"):
         return (fn.__module__, fn.__qualname__)
     return id(fn)
 
