@@ -172,7 +172,7 @@ def test_not_remembered_when_the_output_is_not_a_new_dense_tensor(
             real = torch.ones(2, 3)
         for _ in range(2):
             memo.call_function(QD.quantize_per_tensor.default, (real, *Q8, torch.int8), {})
-        memo.call_function(torch.ops.aten.neg.default, (x,), {})
+        memo.call_function(torch.ops.prims.neg.default, (x,), {})
         assert (memo.misses, memo.hits) == (2, 0)
     finally:
         fake_memo.ignored.cache_clear()
@@ -260,3 +260,75 @@ def test_dispatch_level_memo_serves_only_inside_its_block(mode: FakeTensorMode) 
         assert served() == before + 1 and sig(in_thread[0]) == expected
     assert sig(first) == sig(again) == expected and again is not first
     assert again.fake_mode is mode
+
+
+# -- aten calls: stock's own cache hits ------------------------------------------------------
+
+ATEN = torch.ops.aten
+
+
+def test_aten_call_is_served_as_stocks_cache_hit(mode: FakeTensorMode) -> None:
+    """An ``aten`` call (and its edge wrapper) repeated on inputs of equal metadata is served
+    while stock's cache holds its entry, with the metadata stock dispatch gives (a new tensor);
+    once stock's cache drops the entry the call is dispatched again, then served again."""
+    x = torch.empty(4, 3, 2).permute(2, 1, 0)
+    y = torch.empty(4, 3, 2).permute(2, 1, 0)
+    for op in (ATEN.mul.Tensor, exir_ops.edge.aten.mul.Tensor):
+        memo = interpreter(mode)
+        first = memo.call_function(op, (x, x), {})
+        served = memo.call_function(op, (y, y), {})
+        assert (memo.misses, memo.hits) == (1, 1)
+        assert served is not first and served.fake_mode is mode
+        assert sig(served) == sig(first) == sig(ATEN.mul.Tensor(y, y))
+    FakeTensorMode.cache_clear()
+    memo.call_function(op, (y, y), {})
+    assert (memo.misses, memo.hits) == (2, 1)
+    memo.call_function(op, (x, x), {})
+    assert (memo.misses, memo.hits) == (2, 2)
+
+
+def test_aten_key_holds_what_stocks_key_reads(mode: FakeTensorMode) -> None:
+    """Calls differing only in what stock's cache key reads beyond shape and strides (the
+    input's storage size) or in a scalar's type are not served from each other."""
+    memo = interpreter(mode)
+    x = torch.empty(2, 3)
+    wide = torch.empty(2, 4)[:, :3].contiguous()  # same metadata as x
+    part = torch.empty(12)[:6]  # a view of a larger storage: another key
+    memo.call_function(ATEN.add.Tensor, (x, x), {})
+    memo.call_function(ATEN.add.Tensor, (wide, wide), {})
+    assert memo.hits == 1
+    memo.call_function(ATEN.add.Tensor, (part.view(2, 3), part.view(2, 3)), {})
+    memo.call_function(ATEN.mul.Scalar, (x, 2), {})
+    assert memo.call_function(ATEN.mul.Scalar, (x, 2.0), {}).dtype == torch.float32
+    assert memo.call_function(ATEN.mul.Scalar, (x.int(), 2.5), {}).dtype == torch.float32
+    assert memo.hits == 1
+
+
+def test_aten_views_tuples_and_uncached_calls_are_dispatched(mode: FakeTensorMode) -> None:
+    """Views (a hit shares the input's storage), tuple outputs, and a mode whose cache is off
+    are dispatched on every call, never served."""
+    memo = interpreter(mode)
+    x = torch.empty(2, 3)
+    assert fake_memo.cached_aten(ATEN.view.default) is None
+    for _ in range(2):
+        assert memo.call_function(ATEN.view.default, (x, [3, 2]), {})._is_view()
+        assert type(memo.call_function(ATEN.sort.default, (x,), {})) is tuple
+    assert (memo.misses, memo.hits) == (1, 0)  # sort keyed once, then never again
+    mode.cache_enabled = False
+    try:
+        for _ in range(2):
+            memo.call_function(ATEN.neg.default, (x,), {})
+        assert memo.hits == 0
+    finally:
+        mode.cache_enabled = True
+
+
+def test_aten_key_capture_is_undone(mode: FakeTensorMode) -> None:
+    """Remembering a call captures stock's cache key on the mode for that call only: the mode
+    has no instance attribute left afterwards, also when the kernel raises."""
+    memo = interpreter(mode)
+    memo.call_function(ATEN.neg.default, (torch.empty(2),), {})
+    assert "_cache_key" not in vars(mode)
+    with pytest.raises(RuntimeError):
+        memo.call_function(ATEN.mm.default, (torch.empty(2, 3), torch.empty(2, 3)), {})
+    assert "_cache_key" not in vars(mode)

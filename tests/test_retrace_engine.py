@@ -388,8 +388,8 @@ def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None
 def test_every_pass_identical_to_stock(model: str) -> None:
     """A zoo model lowered stock and accelerated from one exported program: the graph after
     every pass of the Arm pipeline is identical, the TOSA bytes equal, most re-traces ran
-    in place (the rest only for the reasons listed), and on INT models the fake memo served
-    calls of the quantized and TOSA operators."""
+    in place (the rest only for the reasons listed), the fake memo served ``aten`` calls as
+    stock's cache hits, and on INT models calls of the quantized and TOSA operators."""
     from arm_accel import models
     from pipeline_diff import assert_lowerings_identical, lower
 
@@ -404,6 +404,8 @@ def test_every_pass_identical_to_stock(model: str) -> None:
     fallbacks = {r for v in records.values() for r in v.fallbacks}
     assert in_place >= 5, records
     assert fallbacks <= {"call override"}, fallbacks
+    aten = counters.snapshot()[fake_memo.ATEN_STATS_NAME]
+    assert aten.accelerated > 0 and aten.calls > aten.accelerated, aten
     if mode == "INT":
         memo = counters.snapshot()[fake_memo.STATS_NAME]
         assert memo.accelerated > 0 and memo.calls > memo.accelerated, memo

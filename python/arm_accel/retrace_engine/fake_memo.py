@@ -1,4 +1,5 @@
-"""Fake values of the operators ``FakeTensorMode`` never caches, remembered per fake mode.
+"""Fake values remembered per fake mode: of the operators ``FakeTensorMode`` never caches, and
+(in the in-place re-trace) of the ``aten`` calls its cache serves.
 
 ``FakeTensorMode``'s dispatch cache serves ``aten``/``prims`` operators only: every other
 operator (``quantized_decomposed``, the ``tosa`` dialect) runs its fake kernel on every call
@@ -24,6 +25,18 @@ the autograd sequence number untouched, and a tensor rebuilt from the metadata e
 an argument the key does not model, a real tensor, a symbol, a mode propagating real tensors,
 whose outputs carry one) is dispatched as stock dispatches it. On only inside the in-place
 re-trace (its interpreter), so only with acceleration on.
+
+``aten`` operators are cached by ``FakeTensorMode`` itself, but a cache hit still computes the
+cache key (every argument's full metadata) and rebuilds the output from the entry: most of what
+the in-place re-trace still dispatches on a graph before ``ExirToTosaPass``. The interpreter
+remembers such a call with the key stock's cache computed for it (captured from
+``FakeTensorMode._cache_key`` during the call) and the entry stock's cache holds under it, and
+serves it while that same entry is still in stock's cache: exactly the cache hit stock would
+make, since every input of stock's key is in the memo's (tensor metadata including storage size
+and inference flag, arguments by type and value, default dtype and device, inference mode, the
+mode's shape environment being the memo's own, whether a proxy mode traces). The output is made
+as the hit makes it. Not views (the hit's output shares the input's storage), not tuples, not
+calls stock's cache bypasses, not a mode with the cache off or cross-checking it.
 """
 
 from __future__ import annotations
@@ -31,13 +44,19 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from functools import cache
 from typing import Any
 
 import torch
 from torch import fx
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
+from torch._subclasses.fake_tensor import (
+    FakeTensor,
+    FakeTensorMode,
+    _DispatchCacheValidEntry,
+    in_kernel_invocation_manager,
+)
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from arm_accel import counters
@@ -74,6 +93,9 @@ OPERATORS: dict[str, frozenset[int]] = {
 #: The ``arm_accel.stats()`` entry: calls of the operators above, ``accelerated`` those served
 #: from the memo.
 STATS_NAME = "retrace_engine.fake_memo"
+#: The ``arm_accel.stats()`` entry of the ``aten`` calls (:func:`cached_aten`) the re-trace's
+#: interpreter keyed, ``accelerated`` those served as stock's cache hit.
+ATEN_STATS_NAME = "retrace_engine.fake_memo.aten"
 #: The ``arm_accel.stats()`` entry of the calls served under ``FakeTensorMode.dispatch``
 #: (:func:`dispatching`: the edge stage's decompositions).
 DISPATCH_STATS_NAME = "to_edge.fake_memo"
@@ -112,6 +134,18 @@ def ignored(target: Any) -> frozenset[int] | None:
     return None if name is None else OPERATORS.get(name)
 
 
+@cache
+def cached_aten(target: Any) -> torch._ops.OpOverload | None:
+    """The ``aten`` operator ``target`` is or wraps, when ``FakeTensorMode``'s cache may hold
+    its calls' values as new tensors (not a view: a hit's output shares its input's storage)."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    op = target._op if isinstance(target, EdgeOpOverload) else target
+    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or op.is_view:
+        return None
+    return op
+
+
 def _tensor_key(t: FakeTensor, mode: FakeTensorMode) -> tuple[Any, ...]:
     if t.fake_mode is not mode or t.constant is not None or t.requires_grad:
         raise _NoKey
@@ -128,6 +162,10 @@ def _tensor_key(t: FakeTensor, mode: FakeTensorMode) -> tuple[Any, ...]:
         t._is_view(),
         t.is_conj(),
         t.is_neg(),
+        # the rest of what ``FakeTensorMode``'s cache key reads (``extract_tensor_metadata``)
+        t.untyped_storage().nbytes(),
+        t.is_inference(),
+        t.is_quantized,
     )
 
 
@@ -259,6 +297,94 @@ def _serve(
     return out, False
 
 
+#: A memo value: this call is never served (stock's cache does not hold its value as a tensor).
+_NEVER = False
+
+
+def _serve_cached(
+    mode: FakeTensorMode,
+    memo: dict[Any, Any],
+    target: Any,
+    op: torch._ops.OpOverload,
+    args: Any,
+    kwargs: Any,
+    run: Any,
+) -> tuple[Any, bool | None]:
+    """The value of an ``aten`` call (:func:`cached_aten`): served while stock's cache holds
+    the entry it served or stored for the same key (True), else dispatched by ``run()`` and
+    remembered when stock's cache stored or served a tensor for it (False); dispatched outside
+    the memo (None) when the call cannot be keyed or the mode's cache is not stock's default."""
+    if not mode.cache_enabled or mode.cache_crosscheck_enabled or mode.propagate_real_tensors:
+        return run(), None
+    tensors: list[FakeTensor] = []
+    try:
+        tracing = torch.fx.experimental.proxy_tensor.get_proxy_mode() is not None
+        key = (target, _key(args, mode, tensors), _key(kwargs, mode, tensors), _context(), tracing)
+    except _NoKey:
+        return run(), None
+    held = memo.get(key)
+    if held is _NEVER:
+        return run(), None
+    if held is not None:
+        entry, stock_key, stock_entry = held
+        if FakeTensorMode.cache.get(stock_key) is stock_entry:
+            counters.record_call(ATEN_STATS_NAME, 0.0, True)
+            return _made(mode, entry), True
+    counters.record_call(ATEN_STATS_NAME, 0.0, False)
+    seq_nr = _sequence_nr()
+    keys: list[tuple[Any, Any]] = []
+    with _capturing_cache_keys(mode, keys):
+        out = run()
+    modelled = _sequence_nr() == seq_nr
+    memo[key] = _cached_entry(out, mode, tensors, op, keys) if modelled else _NEVER
+    return out, False
+
+
+@contextmanager
+def _capturing_cache_keys(mode: FakeTensorMode, keys: list[tuple[Any, Any]]) -> Iterator[None]:
+    """Record in ``keys`` the (operator, key) of the first cache key ``mode`` computes in
+    this thread inside the block (the key None if it bypassed the cache)."""
+    stock = mode._cache_key
+    thread = threading.get_ident()
+
+    def capture(state: Any, func: Any, args: Any, kwargs: Any) -> Any:
+        if keys or threading.get_ident() != thread:
+            return stock(state, func, args, kwargs)
+        try:
+            key = stock(state, func, args, kwargs)
+        except BaseException:
+            keys.append((func, None))
+            raise
+        keys.append((func, key))
+        return key
+
+    mode._cache_key = capture  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        del mode._cache_key
+
+
+def _cached_entry(
+    out: Any,
+    mode: FakeTensorMode,
+    inputs: list[FakeTensor],
+    op: torch._ops.OpOverload,
+    keys: list[tuple[Any, Any]],
+) -> Any:
+    """What remembers ``out`` of a call of ``op`` whose first cache key was ``keys[0]``: our
+    entry, stock's key and the entry stock's cache holds under it; :data:`_NEVER` when stock's
+    cache did not key this call or holds no single tensor for it."""
+    if not keys or keys[0][0] is not op or keys[0][1] is None:
+        return _NEVER
+    stock_key = keys[0][1]
+    stock_entry = FakeTensorMode.cache.get(stock_key)
+    if type(stock_entry) is not _DispatchCacheValidEntry or stock_entry.is_output_tuple:
+        return _NEVER
+    entry = _entry_of(out, mode, inputs)
+    return _NEVER if entry is None else (entry, stock_key, stock_entry)
+
+
 def _memo_of(mode: FakeTensorMode) -> dict[Any, tuple[Any, ...] | None]:
     memo = mode.__dict__.get(_MEMO_ATTR)
     if memo is None:
@@ -268,7 +394,7 @@ def _memo_of(mode: FakeTensorMode) -> dict[Any, tuple[Any, ...] | None]:
 
 class Interpreter(fx.Interpreter):
     """The interpreter ``_ExportPassBase._fx`` dispatches through, remembering the fake values
-    of :data:`OPERATORS` in ``mode``."""
+    of :data:`OPERATORS` and of the ``aten`` calls stock's cache holds in ``mode``."""
 
     def __init__(self, module: fx.GraphModule, mode: FakeTensorMode) -> None:
         super().__init__(module)
@@ -283,7 +409,11 @@ class Interpreter(fx.Interpreter):
 
         if not _active(self.mode):
             return run()
-        out, served = _serve(self.mode, self.memo, target, args, kwargs, run)
+        op = cached_aten(target)
+        if op is not None:
+            out, served = _serve_cached(self.mode, self.memo, target, op, args, kwargs, run)
+        else:
+            out, served = _serve(self.mode, self.memo, target, args, kwargs, run)
         if served is not None:
             self.hits += served
             self.misses += not served
@@ -346,10 +476,12 @@ def uninstall() -> None:
 
 
 __all__ = [
+    "ATEN_STATS_NAME",
     "DISPATCH_STATS_NAME",
     "OPERATORS",
     "STATS_NAME",
     "Interpreter",
+    "cached_aten",
     "dispatching",
     "ignored",
     "install",
