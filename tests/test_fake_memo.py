@@ -332,3 +332,20 @@ def test_aten_key_capture_is_undone(mode: FakeTensorMode) -> None:
     with pytest.raises(RuntimeError):
         memo.call_function(ATEN.mm.default, (torch.empty(2, 3), torch.empty(2, 3)), {})
     assert "_cache_key" not in vars(mode)
+
+
+def test_aten_key_captures_nest(mode: FakeTensorMode) -> None:
+    """A call keyed while another call's capture is active (a kernel dispatching inside the
+    block) captures its own first key and leaves the outer capture in place, then none."""
+    outer: list[Any] = []
+    inner: list[Any] = []
+    x = torch.empty(2, 3)
+    with fake_memo._capturing_cache_keys(mode, outer):
+        ATEN.neg.default(x)
+        with fake_memo._capturing_cache_keys(mode, inner):
+            ATEN.abs.default(x)
+        assert "_cache_key" in vars(mode)
+        ATEN.exp.default(x)
+    assert "_cache_key" not in vars(mode)
+    assert [op for op, _ in outer] == [ATEN.neg.default]
+    assert [op for op, _ in inner] == [ATEN.abs.default]
