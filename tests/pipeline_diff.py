@@ -13,8 +13,8 @@ from arm_accel import models, switch
 from arm_accel.testing import assert_graphs_identical
 from torch import fx
 
-#: (pass name, graph after it, modified, users order after it)
-PassRecord = tuple[str, fx.GraphModule, bool, tuple[tuple[int, ...], ...]]
+#: (pass name, graph after it, modified, users order and find_nodes index order after it)
+PassRecord = tuple[str, fx.GraphModule, bool, tuple[Any, ...]]
 
 
 @dataclass
@@ -30,10 +30,25 @@ def users_order(graph_module: fx.GraphModule) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(position[u] for u in n.users) for n in graph_module.graph.nodes)
 
 
+def index_order(graph_module: fx.GraphModule) -> tuple[tuple[int, ...], ...]:
+    """The nodes by position in each bucket of the graph's find_nodes index, in its order
+    (``find_nodes(sort=False)`` returns it; a deep copy rebuilds it), buckets sorted by their
+    first node."""
+    graph = graph_module.graph
+    position = {n: i for i, n in enumerate(graph.nodes)}
+    buckets = graph._find_nodes_lookup_table.table.values()
+    return tuple(sorted(tuple(position[n] for n in bucket) for bucket in buckets if bucket))
+
+
+def orders(graph_module: fx.GraphModule) -> tuple[Any, ...]:
+    """What a deep copy does not keep: :func:`users_order` and :func:`index_order`."""
+    return users_order(graph_module), index_order(graph_module)
+
+
 @contextmanager
 def record_passes() -> Iterator[list[PassRecord]]:
     """A deep copy of the exported program's graph after each pass the Arm pass manager runs,
-    with its users order."""
+    with its users and find_nodes index orders."""
     from executorch.backends.arm._passes import arm_pass_manager as apm
 
     records: list[PassRecord] = []
@@ -44,7 +59,7 @@ def record_passes() -> Iterator[list[PassRecord]]:
         result = original(self, exported_program)
         gm = result.exported_program.graph_module
         name = apm._graph_pass_name(self.graph_pass)
-        records.append((name, copy.deepcopy(gm), result.modified, users_order(gm)))
+        records.append((name, copy.deepcopy(gm), result.modified, orders(gm)))
         return result
 
     adapter.call = call  # type: ignore[method-assign]
@@ -70,9 +85,9 @@ def assert_passes_identical(
     stock: list[PassRecord], accelerated: list[PassRecord], where: str = ""
 ) -> None:
     """Same passes in the same order, each with the same ``modified``, an identical graph after
-    it (``assert_graphs_identical``) and the same users order."""
+    it (``assert_graphs_identical``) and the same users and find_nodes index orders."""
     assert [p[0] for p in stock] == [p[0] for p in accelerated], f"{where}pass lists differ"
-    for (name, expected, modified, users), (_, actual, modified_ours, users_ours) in zip(
+    for (name, expected, modified, order), (_, actual, modified_ours, order_ours) in zip(
         stock, accelerated, strict=True
     ):
         assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
@@ -80,11 +95,14 @@ def assert_passes_identical(
             assert_graphs_identical(expected, actual)
         except AssertionError as exc:
             raise AssertionError(f"{where}after {name}: {exc}") from None
+        (users, index), (users_ours, index_ours) = order, order_ours
         if users != users_ours:  # same nodes (just checked), so the same length
             first = next(
                 i for i, (a, b) in enumerate(zip(users, users_ours, strict=True)) if a != b
             )
             raise AssertionError(f"{where}after {name}: users order differs at node {first}")
+        if index != index_ours:
+            raise AssertionError(f"{where}after {name}: find_nodes index order differs")
 
 
 def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:

@@ -399,7 +399,9 @@ class _Journal:
 
     def set_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
         self.metas.setdefault(node, node.meta)
-        node.meta = meta
+        # Not ``node.meta = meta``: fx would re-file the node in the graph's find_nodes index
+        # on every write; ``_commit`` files every node once, in graph order.
+        object.__setattr__(node, "meta", meta)
 
     def rollback(self) -> None:
         self.graph._insert = self._insert
@@ -411,7 +413,7 @@ class _Journal:
             if not node._erased:
                 self.graph.erase_node(node)
         for node, meta in self.metas.items():
-            node.meta = meta
+            object.__setattr__(node, "meta", meta)  # as set_meta wrote it: no re-filing
         ns = self.graph._graph_namespace
         ns._obj_to_name, ns._used_names, ns._base_count = (
             self._names[0],
@@ -821,6 +823,7 @@ class InplaceRetrace:
                 node.name = name
         graph._graph_namespace = namespace
         order_users(nodes)
+        file_in_graph_order(graph, nodes)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
             if node.op == "placeholder":
@@ -850,6 +853,15 @@ def fresh_names(candidates: list[str]) -> tuple[tuple[str, ...], _Namespace]:
     namespace._used_names = set(last[2])
     namespace._base_count = dict(last[3])
     return last[1], namespace
+
+
+def file_in_graph_order(graph: fx.Graph, nodes: list[fx.Node]) -> None:
+    """The graph's find_nodes index (op, target -> nodes) with every node filed in graph order:
+    as stock's re-trace leaves its new graph, whose nodes were filed as created, in order."""
+    table = graph._find_nodes_lookup_table
+    table.table.clear()
+    for node in nodes:
+        table.insert(node)
 
 
 def order_users(nodes: list[fx.Node]) -> None:
