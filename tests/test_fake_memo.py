@@ -349,3 +349,33 @@ def test_aten_key_captures_nest(mode: FakeTensorMode) -> None:
     assert "_cache_key" not in vars(mode)
     assert [op for op, _ in outer] == [ATEN.neg.default]
     assert [op for op, _ in inner] == [ATEN.abs.default]
+
+
+def test_aten_key_captures_in_two_threads(mode: FakeTensorMode) -> None:
+    """Captures on one mode in two threads, overlapping: each records its own thread's first
+    key only, and the mode's ``_cache_key`` is its own again when both have ended."""
+    import threading
+
+    x = torch.empty(2, 3)
+    inside, release = threading.Event(), threading.Event()
+    theirs: list[Any] = []
+
+    def other() -> None:
+        with mode:
+            y = torch.empty(2, 3)
+            with fake_memo._capturing_cache_keys(mode, theirs):
+                inside.set()
+                release.wait(10)
+                ATEN.abs.default(y)
+
+    worker = threading.Thread(target=other)
+    ours: list[Any] = []
+    with fake_memo._capturing_cache_keys(mode, ours):
+        worker.start()
+        assert inside.wait(10)
+        ATEN.neg.default(x)
+    release.set()
+    worker.join()
+    assert [op for op, _ in ours] == [ATEN.neg.default]
+    assert [op for op, _ in theirs] == [ATEN.abs.default]
+    assert not {"_cache_key", fake_memo._CAPTURE_COUNT} & set(vars(mode))

@@ -353,34 +353,66 @@ def _serve_cached(
     return out, False
 
 
+#: Per thread: the key lists of the captures active in it, innermost last.
+_captures = threading.local()
+_capture_lock = threading.Lock()
+#: Attributes of a mode while captures are active on it: how many, and what ``_cache_key``
+#: resolved to before the first.
+_CAPTURE_COUNT = "_arm_accel_captures"
+_CAPTURE_PRIOR = "_arm_accel_cache_key"
+
+
 @contextmanager
 def _capturing_cache_keys(mode: FakeTensorMode, keys: list[tuple[Any, Any]]) -> Iterator[None]:
     """Record in ``keys`` the (operator, key) of the first cache key ``mode`` computes in
-    this thread inside the block (the key None if it bypassed the cache). Nests: a call
-    dispatched inside another's kernel captures inside the outer capture."""
-    outer = mode.__dict__.get("_cache_key")
-    stock = mode._cache_key
-    thread = threading.get_ident()
+    this thread inside the block (the key None if it bypassed the cache). Nests (a call
+    dispatched inside another's kernel: each block's first key), and other threads' calls on
+    the same mode are not recorded; the mode's own ``_cache_key`` is back once the last
+    block on it ends."""
+    stack = _captures.__dict__.setdefault("stack", [])
+    with _capture_lock:
+        count = mode.__dict__.get(_CAPTURE_COUNT, 0)
+        if count == 0:
+            prior = mode.__dict__.get("_cache_key")
+            mode.__dict__[_CAPTURE_PRIOR] = prior
+            mode._cache_key = _capture(mode._cache_key)  # type: ignore[method-assign]
+        mode.__dict__[_CAPTURE_COUNT] = count + 1
+    stack.append(keys)
+    try:
+        yield
+    finally:
+        stack.pop()
+        with _capture_lock:
+            count = mode.__dict__.pop(_CAPTURE_COUNT) - 1
+            if count:
+                mode.__dict__[_CAPTURE_COUNT] = count
+            else:
+                prior = mode.__dict__.pop(_CAPTURE_PRIOR)
+                if prior is None:
+                    del mode._cache_key
+                else:
+                    mode._cache_key = prior  # type: ignore[method-assign]
+
+
+def _capture(stock: Any) -> Any:
+    """``stock`` (a mode's ``_cache_key``), recording its key in this thread's waiting
+    captures (those that have none yet)."""
 
     def capture(state: Any, func: Any, args: Any, kwargs: Any) -> Any:
-        if keys or threading.get_ident() != thread:
+        waiting = [k for k in getattr(_captures, "stack", ()) if not k]
+        if not waiting:
             return stock(state, func, args, kwargs)
         try:
             key = stock(state, func, args, kwargs)
         except BaseException:
-            keys.append((func, None))
+            for k in waiting:
+                k.append((func, None))
             raise
-        keys.append((func, key))
+        for k in waiting:
+            k.append((func, key))
         return key
 
-    mode._cache_key = capture  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        if outer is None:
-            del mode._cache_key
-        else:
-            mode._cache_key = outer  # type: ignore[method-assign]
+    return capture
 
 
 def _cached_entry(
