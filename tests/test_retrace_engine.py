@@ -545,3 +545,41 @@ def test_fresh_names_are_a_fresh_namespaces() -> None:
             assert namespace._base_count == expected._base_count
             assert namespace._obj_to_name == {}
             namespace.create_name("x", None)  # the caller goes on naming in it
+
+
+def test_proxy_data_is_what_pytree_gives() -> None:
+    """``inplace.proxy_data`` equals ``tree_map_only(ProxyValue, .data)`` on the argument
+    shapes ``_fx`` sees (nested tuples, lists, dicts, scalars, dtypes, fx's immutable
+    containers, a namedtuple, a ProxyValue subclass), container types and object identity of
+    the leaves included."""
+    from collections import namedtuple
+
+    from executorch.exir.pass_base import ProxyValue
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+    from torch.utils import _pytree as pytree
+
+    class Sub(ProxyValue):  # type: ignore[misc]
+        pass
+
+    graph = fx.Graph()
+    proxy = fx.Proxy(graph.placeholder("x"))
+    a, b = torch.empty(2), torch.empty(3)
+    pa, pb, sub = ProxyValue(a, proxy), ProxyValue(b, proxy), Sub(b, proxy)
+    pair = namedtuple("pair", "x y")
+    cases: list[Any] = [
+        ((pa, 1, 2.5, None, torch.int8), {"dim": [0, pb], "keep": True}),
+        ([pa, [pb, (pa,)], {"k": (1, pb)}], {}),
+        (immutable_list([pa, pb]), immutable_dict({"out": pa})),
+        ((pair(pa, 3), sub, torch.device("cpu"), torch.strided, "s"), {}),
+    ]
+
+    def shape(v: Any) -> Any:
+        if isinstance(v, (tuple, list)):
+            return (type(v), tuple(shape(x) for x in v))
+        if isinstance(v, dict):
+            return (type(v), tuple((k, shape(x)) for k, x in v.items()))
+        return (type(v), id(v))
+
+    for case in cases:
+        expected = pytree.tree_map_only(ProxyValue, lambda x: x.data, case)
+        assert shape(inplace.proxy_data(case)) == shape(expected)

@@ -102,7 +102,7 @@ DISPATCH_STATS_NAME = "to_edge.fake_memo"
 #: The attribute of a ``FakeTensorMode`` holding its memo (lives and dies with the mode).
 _MEMO_ATTR = "_arm_accel_fake_memo"
 #: Argument types keyed by value (exact types: ``bool`` is not ``int``).
-_BY_VALUE = frozenset(
+BY_VALUE = frozenset(
     {int, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format}
 )
 
@@ -179,7 +179,7 @@ def _key(value: Any, mode: FakeTensorMode, tensors: list[FakeTensor]) -> Any:
     if kind is FakeTensor:
         tensors.append(value)
         return ("T", _tensor_key(value, mode))
-    if kind in _BY_VALUE:
+    if kind in BY_VALUE:
         return (kind, value)
     if kind is float:
         return (float, value.hex())  # exact: 0.0 and -0.0 differ, so do NaN payloads

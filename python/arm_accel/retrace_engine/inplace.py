@@ -141,6 +141,28 @@ def same_value(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+#: Leaf types ``proxy_data`` hands back as they are (pytree leaves, never a ProxyValue).
+_PLAIN_LEAVES = fake_memo.BY_VALUE | {float}
+
+
+def proxy_data(value: Any) -> Any:
+    """``pytree.tree_map_only(ProxyValue, lambda x: x.data, value)`` -- what stock's ``_fx``
+    dispatches -- without pytree's per-leaf machinery for plain tuples, lists, dicts and
+    scalars; anything else goes through pytree itself."""
+    kind = type(value)
+    if kind is ProxyValue:
+        return value.data
+    if kind in _PLAIN_LEAVES:
+        return value
+    if kind is tuple:
+        return tuple(proxy_data(v) for v in value)
+    if kind is list:
+        return [proxy_data(v) for v in value]
+    if kind is dict:
+        return {k: proxy_data(v) for k, v in value.items()}
+    return pytree.tree_map_only(ProxyValue, lambda x: x.data, value)
+
+
 def _same_args(a: Any, b: Any) -> bool:
     """``a`` (what a pass passed to ``_fx``) is ``b`` (what the interpreter fetched for the node)
     up to containers: ProxyValues by identity, other leaves by type and value."""
@@ -593,9 +615,7 @@ class InplaceRetrace:
         if same_op and kind == "call_function" and self._value_still_holds(node):
             res_data = self.old_val[node]
         else:
-            args_data, kwargs_data = pytree.tree_map_only(
-                ProxyValue, lambda x: x.data, (args, kwargs)
-            )
+            args_data, kwargs_data = proxy_data((args, kwargs))
             res_data = getattr(pass_.interpreter, kind)(target, args_data, kwargs_data)
             self.dispatched += kind == "call_function"
         return self._take(node, res_data, meta, self._rebuilt_candidate(target))
