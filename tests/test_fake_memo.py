@@ -379,3 +379,27 @@ def test_aten_key_captures_in_two_threads(mode: FakeTensorMode) -> None:
     assert [op for op, _ in ours] == [ATEN.neg.default]
     assert [op for op, _ in theirs] == [ATEN.abs.default]
     assert not {"_cache_key", fake_memo._CAPTURE_COUNT} & set(vars(mode))
+
+
+def test_static_shape_on_symbolic_strides_is_dispatched() -> None:
+    """A tensor of static shape whose strides and storage are symbolic (a column of a tensor
+    with a dynamic dimension): its calls are dispatched, not keyed (a symbol in the key is
+    unhashable; upstream ``test_decompose_adaptive_avg_pool2d_pass`` met one)."""
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    fake = FakeTensorMode(shape_env=ShapeEnv())
+    dynamic = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.STATIC, DimDynamic.DYNAMIC])
+    x = fake.from_tensor(torch.empty(4, 5, dtype=torch.int8), symbolic_context=dynamic)
+    spec = TosaSpecification.create_from_string("TOSA-1.0+INT")
+    with TosaLoweringContext(spec), fake:
+        column = x[:, 0]
+        memo = interpreter(fake)
+        for _ in range(2):
+            assert memo.call_function(ATEN.neg.default, (column,), {}).shape == (4,)
+            memo.call_function(TOSA.CAST.default, (column, torch.int32), {})
+    assert type(column.stride()[0]) is torch.SymInt
+    assert (memo.misses, memo.hits) == (0, 0)

@@ -156,10 +156,18 @@ def _tensor_key(t: FakeTensor, mode: FakeTensorMode) -> tuple[Any, ...]:
     shape = tuple(t.shape)
     if any(type(d) is not int for d in shape):
         raise _NoKey
+    # A static shape can sit on symbolic strides or storage (a view of a symbolic tensor).
+    stride, offset, nbytes = t.stride(), t.storage_offset(), t.untyped_storage().nbytes()
+    if (
+        type(offset) is not int
+        or type(nbytes) is not int
+        or any(type(d) is not int for d in stride)
+    ):
+        raise _NoKey
     return (
         shape,
-        t.stride(),
-        t.storage_offset(),
+        stride,
+        offset,
         t.dtype,
         t.device,
         t.layout,
@@ -167,7 +175,7 @@ def _tensor_key(t: FakeTensor, mode: FakeTensorMode) -> tuple[Any, ...]:
         t.is_conj(),
         t.is_neg(),
         # the rest of what ``FakeTensorMode``'s cache key reads (``extract_tensor_metadata``)
-        t.untyped_storage().nbytes(),
+        nbytes,
         t.is_inference(),
         t.is_quantized,
     )
