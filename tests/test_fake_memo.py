@@ -294,10 +294,13 @@ def test_aten_key_holds_what_stocks_key_reads(mode: FakeTensorMode) -> None:
     x = torch.empty(2, 3)
     wide = torch.empty(2, 4)[:, :3].contiguous()  # same metadata as x
     part = torch.empty(12)[:6]  # a view of a larger storage: another key
+    larger = torch.empty(12).resize_(2, 3)  # x's metadata but for its storage: not a view
+    assert not larger._is_view() and larger.stride() == x.stride()
     memo.call_function(ATEN.add.Tensor, (x, x), {})
     memo.call_function(ATEN.add.Tensor, (wide, wide), {})
     assert memo.hits == 1
     memo.call_function(ATEN.add.Tensor, (part.view(2, 3), part.view(2, 3)), {})
+    memo.call_function(ATEN.add.Tensor, (larger, larger), {})
     memo.call_function(ATEN.mul.Scalar, (x, 2), {})
     assert memo.call_function(ATEN.mul.Scalar, (x, 2.0), {}).dtype == torch.float32
     assert memo.call_function(ATEN.mul.Scalar, (x.int(), 2.5), {}).dtype == torch.float32

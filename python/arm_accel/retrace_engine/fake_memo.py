@@ -116,12 +116,18 @@ class _NoKey(Exception):  # noqa: N818 - control flow: the call is not remembere
     pass
 
 
-def qualified(target: Any) -> str | None:
-    """``namespace::name.overload`` of an operator or of the one its edge wrapper calls."""
+def _operator(target: Any) -> torch._ops.OpOverload | None:
+    """The operator ``target`` is, or the one its edge wrapper calls; None for other targets."""
     from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
     op = target._op if isinstance(target, EdgeOpOverload) else target
-    if not isinstance(op, torch._ops.OpOverload):
+    return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+def qualified(target: Any) -> str | None:
+    """``namespace::name.overload`` of an operator or of the one its edge wrapper calls."""
+    op = _operator(target)
+    if op is None:
         return None
     return f"{op.namespace}::{op._opname}.{op._overloadname}"
 
@@ -138,11 +144,10 @@ def ignored(target: Any) -> frozenset[int] | None:
 def cached_aten(target: Any) -> torch._ops.OpOverload | None:
     """The ``aten`` operator ``target`` is or wraps, when ``FakeTensorMode``'s cache may hold
     its calls' values as new tensors (not a view: a hit's output shares its input's storage)."""
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
     from torch._subclasses import fake_tensor
 
-    op = target._op if isinstance(target, EdgeOpOverload) else target
-    if not isinstance(op, torch._ops.OpOverload) or op.namespace != "aten" or op.is_view:
+    op = _operator(target)
+    if op is None or op.namespace != "aten" or op.is_view:
         return None
     # answered before the cache (attribute queries)
     if op in fake_tensor._DISPATCH_META_HANDLERS or op in fake_tensor._DISPATCH_HANDLE_DIRECTLY:
@@ -325,22 +330,13 @@ def _serve_cached(
     """The value of an ``aten`` call (:func:`cached_aten`): served while stock's cache holds
     the entry it served or stored for the same key (True), else dispatched by ``run()`` and
     remembered when stock's cache stored or served a tensor for it (False); dispatched outside
-    the memo (None) when the call cannot be keyed or the mode's cache is not stock's default.
-    Keyed apart from the dispatch-level entries of the same memo, whose arguments the
-    dispatcher has normalized: the same key must always lead to the same key of stock's."""
+    the memo (None) when the call cannot be keyed or the mode's cache is not stock's default."""
     if not mode.cache_enabled or mode.cache_crosscheck_enabled or mode.propagate_real_tensors:
         return run(), None
     tensors: list[FakeTensor] = []
     try:
         tracing = torch.fx.experimental.proxy_tensor.get_proxy_mode() is not None
-        key = (
-            ATEN_STATS_NAME,
-            target,
-            _key(args, mode, tensors),
-            _key(kwargs, mode, tensors),
-            _context(),
-            tracing,
-        )
+        key = (target, _key(args, mode, tensors), _key(kwargs, mode, tensors), _context(), tracing)
     except _NoKey:
         return run(), None
     held = memo.get(key)
