@@ -364,6 +364,51 @@ def test_failure_rolls_back_and_runs_stock(edge_graph: fx.GraphModule) -> None:
     assert done == 0 and fallbacks == {"RuntimeError in the in-place re-trace": 1}
 
 
+class EditsThenRaises(ExportPass):
+    """Puts a ``neg`` after each ``relu`` (their users' args re-pointed), retargets ``mul`` to
+    ``sub``, and raises at the last node, the ``add`` after the second ``relu``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relus = 0
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == ADD and self.relus == 2:
+            raise RuntimeError("pass failed at the last add")
+        if op == RELU:
+            self.relus += 1
+            value = super().call_operator(op, args, kwargs, meta)
+            return super().call_operator(NEG, (value,), {}, meta)
+        return super().call_operator(SUB if op == MUL else op, args, kwargs, meta)
+
+
+def test_rollback_restores_users_and_index_order(edge_graph: fx.GraphModule) -> None:
+    """A pass that re-points args and retargets nodes, then raises: after the rollback each
+    node's users and each find_nodes bucket (``sort=False``) are in the order they were in
+    before the re-trace (fx's own undo re-appends), as stock's pass body would then see them;
+    the engine did edit the graph first (it re-pointed and retargeted nodes)."""
+    from pipeline_diff import orders
+
+    graph_module = copy.deepcopy(edge_graph)
+    before = copy.deepcopy(graph_module)
+    orders_before = orders(graph_module)
+    edits: list[int] = []
+    journal_rollback = inplace._Journal.rollback
+
+    def rollback(journal: inplace._Journal) -> None:
+        edits.append(len(journal.args) + len(journal.targets))
+        journal_rollback(journal)
+
+    counters.reset()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(inplace._Journal, "rollback", rollback)
+        with pytest.raises(RuntimeError, match="last add"):
+            engine_retrace(EditsThenRaises(), graph_module)
+    assert edits and edits[0] >= 3, edits
+    assert_graphs_identical(before, graph_module)
+    assert orders(graph_module) == orders_before
+
+
 def test_unsupported_graph_declines_before_any_change(edge_graph: fx.GraphModule) -> None:
     """A graph with a ``get_attr`` node (not modelled): stock runs, the decline is counted."""
     graph_module = copy.deepcopy(edge_graph)

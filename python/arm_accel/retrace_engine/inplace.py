@@ -410,14 +410,30 @@ class _Journal:
         self.args: list[tuple[fx.Node, Any, Any]] = []
         self.metas: dict[fx.Node, dict[str, Any]] = {}
         self.targets: list[tuple[fx.Node, Any]] = []
+        # Undoing an edit through fx appends where the edit removed: a node whose args are set
+        # back lands at the end of its inputs' users and of its find_nodes bucket. So the first
+        # edit of each saves those orders as they were, for the rollback to put back.
+        self.users: dict[fx.Node, list[fx.Node]] = {}
+        self.buckets: dict[tuple[str, Any], list[fx.Node]] = {}
 
     def set_args(self, node: fx.Node, args: Any, kwargs: Any) -> None:
         self.args.append((node, node.args, node.kwargs))
+        for inp in node._input_nodes:
+            if inp not in self.users:
+                self.users[inp] = list(inp.users)
+        self._save_bucket(node)  # fx re-files a node whose args are set
         node.args, node.kwargs = args, kwargs
 
     def set_target(self, node: fx.Node, target: Any) -> None:
         self.targets.append((node, node.target))
+        self._save_bucket(node)
         node.target = target  # fx updates its find_nodes index
+
+    def _save_bucket(self, node: fx.Node) -> None:
+        table = self.graph._find_nodes_lookup_table
+        key = table._key(node)
+        if key not in self.buckets:
+            self.buckets[key] = list(table.table.get(key, ()))
 
     def set_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
         self.metas.setdefault(node, node.meta)
@@ -434,6 +450,12 @@ class _Journal:
         for node in reversed(self.created):
             if not node._erased:
                 self.graph.erase_node(node)
+        for node, users in self.users.items():
+            node.users.clear()
+            node.users.update((u, None) for u in users if not u._erased)
+        table = self.graph._find_nodes_lookup_table.table
+        for key, bucket in self.buckets.items():
+            table[key] = {n: None for n in bucket if not n._erased}
         for node, meta in self.metas.items():
             object.__setattr__(node, "meta", meta)  # as set_meta wrote it: no re-filing
         ns = self.graph._graph_namespace
