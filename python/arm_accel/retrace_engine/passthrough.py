@@ -63,8 +63,8 @@ _REBUILD_UNCHANGED: dict[str, str] = {
 
 @cache
 def source_digest(fn: Any) -> str | None:
-    """The first 16 hex digits of the sha256 of ``fn`` 's source (None without a source): what
-    pins a modelled stock function to the source that was read."""
+    """The first 16 hex digits of the sha256 of the source of ``fn`` (a function or a module;
+    None without a source): what pins a modelled stock function or module to the source read."""
     try:
         source = inspect.getsource(fn)
     except (OSError, TypeError):

@@ -1,0 +1,102 @@
+"""The caller's stack entry without formatting the whole stack (issue 13).
+
+``ArmPass.call_operator`` (for every node a pass rebuilds with ``updated=True``) and
+``arm_pass_utils.create_node`` append ``traceback.format_stack()[-2]`` to the node's
+``stack_trace``: the entry of the frame that called them. ``format_stack`` extracts and formats
+every frame of the stack to keep that one, 80-150 us at a lowering's depth (60-100 frames),
+against 6 us for the last two. Those two modules get a ``traceback`` whose ``format_stack()``
+returns only the last two entries, formatted by ``traceback`` itself, which is what both call
+sites read (their module sources are pinned by digest). Where stock's list would end
+differently, ``format_stack`` of the whole stack runs, counted:
+
+- ``sys.tracebacklimit`` set (stock keeps that many innermost frames);
+- a run of four or more identical frames (file, line, function) at either of the last two
+  entries: stock collapses it into a ``[Previous line repeated N more times]`` entry.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+import types
+from typing import Any
+
+from arm_accel import counters, switch
+from arm_accel.retrace_engine.passthrough import source_digest
+
+STATS_NAME = "retrace_engine.stack_entry"
+#: sha256 (first 16 hex digits) of the module sources read: every use of ``traceback`` in them
+#: is ``traceback.format_stack()[-2]``.
+_MODULE_DIGESTS = {
+    "executorch.backends.arm._passes.arm_pass": "3f85a56fb4051267",
+    "executorch.backends.arm._passes.arm_pass_utils": "f300a8ace6bd0923",
+}
+#: Stock collapses a run of more than this many identical frames (``traceback._RECURSIVE_CUTOFF``).
+_CUTOFF = 3
+
+
+def _key(frame: types.FrameType | None) -> tuple[str, int, str] | None:
+    if frame is None:
+        return None
+    code = frame.f_code
+    return code.co_filename, frame.f_lineno, code.co_name
+
+
+def _collapses(frame: types.FrameType) -> bool:
+    """Whether stock's formatting of the stack ending at ``frame`` collapses a run of identical
+    frames that holds one of its last two entries."""
+    keys = []
+    f: types.FrameType | None = frame
+    for _ in range(_CUTOFF + 2):
+        keys.append(_key(f))
+        f = f.f_back if f is not None else None
+    last = keys[: _CUTOFF + 1]
+    before = keys[1 : _CUTOFF + 2]
+    return (last[0] is not None and len(set(last)) == 1) or (
+        before[0] is not None and len(set(before)) == 1
+    )
+
+
+def format_stack(f: types.FrameType | None = None, limit: int | None = None) -> list[str]:
+    """``traceback.format_stack``, of which only the last two entries are exact (what the
+    pinned call sites read) unless stock's list would end otherwise (module docstring)."""
+    frame = sys._getframe(1) if f is None else f
+    if f is not None or limit is not None or not switch.is_enabled():
+        return traceback.format_stack(frame, limit)
+    if getattr(sys, "tracebacklimit", None) is not None:
+        counters.record_decline(STATS_NAME, "sys.tracebacklimit is set")
+        return traceback.format_stack(frame)
+    if _collapses(frame):
+        counters.record_decline(STATS_NAME, "repeated frames at the end of the stack")
+        return traceback.format_stack(frame)
+    counters.record_call(STATS_NAME, 0.0, True)
+    return traceback.format_list(traceback.extract_stack(frame, limit=2))
+
+
+class _Traceback(types.ModuleType):
+    """``traceback`` with :func:`format_stack` (everything else is the module's own)."""
+
+    def __init__(self) -> None:
+        super().__init__("traceback", traceback.__doc__)
+        self.format_stack = format_stack
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(traceback, name)
+
+
+def targets() -> list[tuple[str, Any, str, Any]]:
+    """(key, module, ``"traceback"``, replacement) for each pinned module whose source is the
+    one read; another source keeps stock's ``traceback``, counted."""
+    import importlib
+
+    shim = _Traceback()
+    found = []
+    for name, digest in _MODULE_DIGESTS.items():
+        module = importlib.import_module(name)
+        current = getattr(module, "traceback", None)
+        ours = current is traceback or isinstance(current, _Traceback)  # stock's, or installed
+        if not ours or source_digest(module) != digest:
+            counters.record_decline(STATS_NAME, f"another source of {name}")
+            continue
+        found.append((f"{name}.traceback", module, "traceback", shim))
+    return found
