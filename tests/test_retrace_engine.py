@@ -528,10 +528,12 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
 
 
 @pytest.mark.parametrize("model", ["llama1", "dscnnkws"])
-def test_edge_program_identical_to_stock(model: str) -> None:
+def test_edge_program_identical_to_stock(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the
     edge program they return equals stock's (graph with every meta key, signature, state dict,
-    constants; ``arm_accel.devtools.program_compare``), and some of them ran in place."""
+    constants; ``arm_accel.devtools.program_compare``), and some of them ran in place. The
+    first of them follows torch's ``ReplaceViewOpsWithViewCopyOpsPass`` re-trace, whose values
+    the engine keeps: it dispatched nothing and claimed the nodes it passes through as is."""
     from arm_accel import models
     from arm_accel.devtools.program_compare import assert_programs_equal
     from executorch.exir.program import _program
@@ -546,6 +548,15 @@ def test_edge_program_identical_to_stock(model: str) -> None:
         return outputs[-1]
 
     _program._generate_edge_program = recording
+    engines: list[tuple[str, inplace.InplaceRetrace]] = []
+    engine_retrace = inplace.retrace
+
+    def retrace(pass_: Any, graph_module: fx.GraphModule) -> Any:
+        result = engine_retrace(pass_, graph_module)
+        engines.append((type(pass_).__name__, result[1]))
+        return result
+
+    monkeypatch.setattr(inplace, "retrace", retrace)
     try:
         # One exported program for both (as a user lowers it): the state dicts then hold the
         # same tensors, which the comparison checks by identity.
@@ -566,6 +577,8 @@ def test_edge_program_identical_to_stock(model: str) -> None:
         "ScalarToTensorPass.retrace",
     }
     assert expected <= in_place, in_place
+    name, first = engines[0]
+    assert first.claimed_as_is > 0 and first.dispatched == 0, (name, first.dispatched)
 
 
 def test_fresh_names_are_a_fresh_namespaces() -> None:
@@ -579,8 +592,9 @@ def test_fresh_names_are_a_fresh_namespaces() -> None:
 
     rng = random.Random(7)
     pool = ["x", "x_1", "x_01", "add", "add_1", "add_2", "1abc", "", "list", "a.b", "mul_10"]
-    for _ in range(50):
-        candidates = [rng.choice(pool) for _ in range(rng.randint(0, 12))]
+    pool += ["torch", "inf", "class", "_1", "x__1", "list_1", "a_b_2", "__x__", "9"]
+    for _ in range(200):
+        candidates = [rng.choice(pool) for _ in range(rng.randint(0, 16))]
         expected = _Namespace()
         expected_names = tuple(expected.create_name(c, None) for c in candidates)
         for _repeat in range(2):
@@ -595,11 +609,12 @@ def test_fresh_names_are_a_fresh_namespaces() -> None:
 def test_proxy_data_is_what_pytree_gives() -> None:
     """``inplace.proxy_data`` equals ``tree_map_only(ProxyValue, .data)`` on the argument
     shapes ``_fx`` sees (nested tuples, lists, dicts, scalars, dtypes, fx's immutable
-    containers, a namedtuple, a ProxyValue subclass), container types and object identity of
-    the leaves included."""
+    containers nested, a namedtuple, a ``torch.Size``, real and fake tensors as leaves, a
+    ProxyValue subclass), container types and object identity of the leaves included."""
     from collections import namedtuple
 
     from executorch.exir.pass_base import ProxyValue
+    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.immutable_collections import immutable_dict, immutable_list
     from torch.utils import _pytree as pytree
 
@@ -610,12 +625,16 @@ def test_proxy_data_is_what_pytree_gives() -> None:
     proxy = fx.Proxy(graph.placeholder("x"))
     a, b = torch.empty(2), torch.empty(3)
     pa, pb, sub = ProxyValue(a, proxy), ProxyValue(b, proxy), Sub(b, proxy)
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(a)
     pair = namedtuple("pair", "x y")
     cases: list[Any] = [
         ((pa, 1, 2.5, None, torch.int8), {"dim": [0, pb], "keep": True}),
         ([pa, [pb, (pa,)], {"k": (1, pb)}], {}),
         (immutable_list([pa, pb]), immutable_dict({"out": pa})),
         ((pair(pa, 3), sub, torch.device("cpu"), torch.strided, "s"), {}),
+        (immutable_list([immutable_list([pa]), immutable_dict({"b": pb, "a": 1})]), {}),
+        ((a, fake, torch.Size([2, 3]), [fake, pb]), immutable_dict({"t": a})),
     ]
 
     def shape(v: Any) -> Any:

@@ -22,9 +22,10 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel import collector, counters, switch
-from arm_accel.retrace_engine import codegen, deferred
+from arm_accel.retrace_engine import codegen, deferred, stack_entry
 from arm_accel.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -224,6 +225,30 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     return result
 
 
+def _deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
+    """torch's ``_ExportPassBaseDeprecatedDoNotUse.call``, stock. The edge stage runs it for
+    ``ReplaceViewOpsWithViewCopyOpsPass`` right before the engine's first re-trace. That pass
+    only retargets view ops and calls the base's ``call_operator``, and the base dispatches
+    every node as executorch's re-trace does (the same fake mode and python dispatcher, a plain
+    ``fx.Interpreter``, the same ``set_metadata``): its values are what dispatch gives, and the
+    engine's next re-trace may keep them (without the record it dispatched every node again)."""
+    from torch._export.passes.replace_view_ops_with_view_copy_ops_pass import (
+        ReplaceViewOpsWithViewCopyOpsPass,
+    )
+
+    result = _installed["deprecated_call"](self, graph_module)
+    if (
+        type(self) is ReplaceViewOpsWithViewCopyOpsPass
+        and _in_arm_pipeline()
+        and switch.is_enabled()
+        and isinstance(result, PassResult)
+    ):
+        from arm_accel.retrace_engine import inplace
+
+        inplace.record_freshness(result.graph_module.graph)
+    return result
+
+
 def arm_pipeline() -> AbstractContextManager[None]:
     """Re-traces in this block (this thread) are the Arm pipeline's: served by the engine."""
     return _pipeline.entered()
@@ -273,26 +298,27 @@ def _generate_edge_program(*args: Any, **kwargs: Any) -> Any:
     return program
 
 
-def _targets() -> list[tuple[Any, str, Any]]:
-    """(owner, attribute, replacement) of everything :func:`install` replaces."""
+def _targets() -> list[tuple[str, Any, str, Any]]:
+    """(key in ``_installed``, owner, attribute, replacement) of everything :func:`install`
+    replaces."""
     import torch.fx.graph_module
     from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
     from executorch.exir.pass_base import _ExportPassBase
     from executorch.exir.program import _program
+    from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
 
+    gm = fx.GraphModule
     return [
-        (_ExportPassBase, "call", accelerated_call),
-        (ArmPassManager, "_transform", _transform),
-        (_program, "_generate_edge_program", _generate_edge_program),
-        (fx.Graph, "python_code", _python_code),
-        (torch.fx.graph_module, "_forward_from_src", _forward_from_src),
-        (fx.GraphModule, "recompile", _recompile),
-        (fx.GraphModule, "__reduce__", deferred.reducer(fx.GraphModule.__reduce__)),
-        (
-            fx.GraphModule,
-            "__reduce_package__",
-            deferred.reducer(fx.GraphModule.__reduce_package__),
-        ),
+        ("call", _ExportPassBase, "call", accelerated_call),
+        ("deprecated_call", _ExportPassBaseDeprecatedDoNotUse, "call", _deprecated_base_call),
+        ("_transform", ArmPassManager, "_transform", _transform),
+        ("_generate_edge_program", _program, "_generate_edge_program", _generate_edge_program),
+        ("python_code", fx.Graph, "python_code", _python_code),
+        ("_forward_from_src", torch.fx.graph_module, "_forward_from_src", _forward_from_src),
+        ("recompile", gm, "recompile", _recompile),
+        ("__reduce__", gm, "__reduce__", deferred.reducer(gm.__reduce__)),
+        ("__reduce_package__", gm, "__reduce_package__", deferred.reducer(gm.__reduce_package__)),
+        *stack_entry.targets(),
     ]
 
 
@@ -300,8 +326,8 @@ def install() -> None:
     """Route the re-traces and recompiles of the Arm pipeline through the engine (idempotent)."""
     if _installed:
         return
-    for owner, attr, replacement in _targets():
-        _installed[attr] = getattr(owner, attr)
+    for key, owner, attr, replacement in _targets():
+        _installed[key] = getattr(owner, attr)
         setattr(owner, attr, replacement)
 
 
@@ -309,5 +335,5 @@ def uninstall() -> None:
     """Put the stock functions back."""
     if not _installed:
         return
-    for owner, attr, _ in _targets():
-        setattr(owner, attr, _installed.pop(attr))
+    for key, owner, attr, _ in _targets():
+        setattr(owner, attr, _installed.pop(key))

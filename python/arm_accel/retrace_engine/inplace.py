@@ -44,6 +44,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import traceback as fx_traceback
 from torch.fx.graph import _Namespace
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.fx.node import map_arg
 from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
@@ -142,7 +143,7 @@ def same_value(a: Any, b: Any) -> bool:
 
 
 #: Leaf types ``proxy_data`` hands back as they are (pytree leaves, never a ProxyValue).
-_PLAIN_LEAVES = fake_memo.BY_VALUE | {float}
+_PLAIN_LEAVES = fake_memo.BY_VALUE | {float, FakeTensor, torch.Tensor}
 
 
 def proxy_data(value: Any) -> Any:
@@ -160,6 +161,12 @@ def proxy_data(value: Any) -> Any:
         return [proxy_data(v) for v in value]
     if kind is dict:
         return {k: proxy_data(v) for k, v in value.items()}
+    # The interpreter fetches list and dict args as fx's immutable variants, which pytree
+    # unflattens to their own type.
+    if kind is immutable_list:
+        return immutable_list(proxy_data(v) for v in value)
+    if kind is immutable_dict:
+        return immutable_dict({k: proxy_data(v) for k, v in value.items()})
     return pytree.tree_map_only(ProxyValue, lambda x: x.data, value)
 
 
@@ -887,14 +894,66 @@ def fresh_names(candidates: list[str]) -> tuple[tuple[str, ...], _Namespace]:
     key = tuple(candidates)
     last = _last_names[0]
     if last is None or last[0] != key:
-        namespace = _Namespace()
-        names = tuple(namespace.create_name(c, None) for c in key)
-        last = (key, names, frozenset(namespace._used_names), dict(namespace._base_count))
+        names, used, base_count = _create_names(key)
+        last = (key, names, frozenset(used), base_count)
         _last_names[0] = last
     namespace = _Namespace()
     namespace._used_names = set(last[2])
     namespace._base_count = dict(last[3])
     return last[1], namespace
+
+
+#: Per candidate: what ``_Namespace.create_name`` derives from it alone (a bounded memo).
+_parses: dict[str, tuple[str, str, int | None]] = {}
+_PARSES_KEPT = 1 << 16
+
+
+def _parsed(candidate: str) -> tuple[str, str, int | None]:
+    """The candidate made a legal name, its base and numeric suffix: the first steps of
+    ``_Namespace.create_name``, with torch's own regexes, remembered per candidate."""
+    parse = _parses.get(candidate)
+    if parse is None:
+        from torch.fx.graph import _illegal_char_regex, _name_regex
+
+        legal = candidate
+        match = _name_regex.match(legal)
+        if match is None:
+            legal = _illegal_char_regex.sub("_", legal) or "_unnamed"
+            if legal[0].isdigit():
+                legal = f"_{legal}"
+            match = _name_regex.match(legal)
+            if match is None:
+                raise AssertionError(f"Name regex failed to match candidate: {legal}")
+        base, num = match.group(1, 2)
+        if len(_parses) >= _PARSES_KEPT:
+            _parses.clear()
+        parse = _parses[candidate] = (legal, base, None if num is None else int(num))
+    return parse
+
+
+def _create_names(key: tuple[str, ...]) -> tuple[tuple[str, ...], set[str], dict[str, int]]:
+    """``_Namespace.create_name(c, None)`` for each candidate in order, on a fresh namespace:
+    its names, used names and base counts (stock's loop with each candidate's regex parse
+    remembered)."""
+    from torch.fx.graph import _illegal_names
+
+    used: set[str] = set()
+    base_count: dict[str, int] = {}
+    names = []
+    for c in key:
+        legal, base, num = _parsed(c)
+        if num is None or legal in used:
+            num = base_count.get(base, 0)
+            if _illegal_names.get(legal, None) is not None:
+                num += 1
+                legal = f"{base}_{num}"
+        while legal in used:
+            num += 1
+            legal = f"{base}_{num}"
+        used.add(legal)
+        base_count[base] = num
+        names.append(legal)
+    return tuple(names), used, base_count
 
 
 def file_in_graph_order(graph: fx.Graph, nodes: list[fx.Node]) -> None:
