@@ -50,11 +50,10 @@ def _collapses(frame: types.FrameType) -> bool:
     for _ in range(_CUTOFF + 2):
         keys.append(_key(f))
         f = f.f_back if f is not None else None
-    last = keys[: _CUTOFF + 1]
-    before = keys[1 : _CUTOFF + 2]
-    return (last[0] is not None and len(set(last)) == 1) or (
-        before[0] is not None and len(set(before)) == 1
-    )
+    # ``frame`` itself is never None: only the caller's run needs the guard (a shallow stack).
+    at_last = len(set(keys[: _CUTOFF + 1])) == 1
+    at_caller = keys[1] is not None and len(set(keys[1 : _CUTOFF + 2])) == 1
+    return at_last or at_caller
 
 
 def format_stack(f: types.FrameType | None = None, limit: int | None = None) -> list[str]:
