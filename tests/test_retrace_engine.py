@@ -527,6 +527,31 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
     assert graph() is None
 
 
+@pytest.mark.parametrize("pass_cls", [Identity, GuardedAddToSub, NegBeforeMul])
+def test_a_re_trace_is_freed_when_it_returns(pass_cls: type, edge_graph: fx.GraphModule) -> None:
+    """The re-trace object (its environment of proxies, the old metas in its journal, the
+    record it started from) is freed by reference counting once the caller drops it, with the
+    collector off: nothing it built survives in a reference cycle until a full collection.
+    Covers the interpreter's hooks (every pass), the pass-through claims (the guarded pass) and
+    nodes created among the old ones (``NegBeforeMul``)."""
+    import gc
+    import weakref
+
+    graph = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
+    gc.collect()
+    gc.disable()
+    try:
+        with retrace_engine.arm_pipeline():
+            result, engine = inplace.retrace(pass_cls(), graph)
+        assert engine.dispatched + engine.passed_through > 0
+        alive = weakref.ref(engine)
+        env = weakref.ref(next(iter(engine.claimed.values())).proxy)
+        del engine
+        assert alive() is None and env() is None
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("model", ["llama1", "dscnnkws"])
 def test_edge_program_identical_to_stock(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the

@@ -474,6 +474,62 @@ class _Journal:
 
 
 # ---------------------------------------------------------------------------------------------
+# The interpreter
+
+
+#: The engine's subclass of each pass interpreter class. One per class, not one per re-trace: a
+#: class is a reference cycle, and one whose methods referenced the re-trace would keep all it
+#: built (the environment's proxies, the old metas, the journal) alive until a full collection.
+_interpreters: dict[type, type] = {}
+
+
+def _interpreter_class(base: type) -> type:
+    """``base`` (a pass's ``ExportInterpreter``) with the engine's hooks; the instance carries
+    the re-trace (``engine``), its ``passthrough`` test (``through``) and ``pass_name``."""
+    cls = _interpreters.get(base)
+    if cls is not None:
+        return cls
+
+    class Interpreter(base):  # type: ignore[misc, valid-type]
+        engine: InplaceRetrace
+        through: Any
+        pass_name: str
+
+        def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[Any, Any]:
+            fetched = super().fetch_args_kwargs_from_env(n)
+            self.engine.fetched = fetched
+            return fetched
+
+        def _set_current_node(self, node: fx.Node) -> Any:
+            return _current_meta(node, self.pass_name)
+
+        def run_node(self, n: fx.Node) -> Any:
+            # ``_ExportPassBase.ExportInterpreter.run_node`` formats every node for the
+            # pass's ``node_debug_str`` (read by no Arm pass): format the last one only,
+            # which is what stock leaves there.
+            self.node = n
+            if n.op == "output":
+                self.callback.node_debug_str = n.format_node()
+            through = self.through
+            if through is not None and n.op == "call_function" and through(n.target):
+                # What the pass's call chain would end in (``passthrough``): the claim.
+                engine = self.engine
+                engine.passed_through += 1
+                proxy = engine._claim_as_is(n)
+                if proxy is not None:
+                    engine.claimed_as_is += 1
+                    return proxy
+                with self._set_current_node(n):
+                    args, kwargs = self.fetch_args_kwargs_from_env(n)
+                    meta = NodeMetadata(n.meta)
+                    return engine._claim(n, "call_function", n.target, args, kwargs, meta)
+            return fx.Interpreter.run_node(self, n)
+
+    _interpreters[base] = Interpreter
+    return Interpreter
+
+
+# ---------------------------------------------------------------------------------------------
 # The re-trace
 
 
@@ -746,38 +802,6 @@ class InplaceRetrace:
         """Interpret the graph with the pass's own interpreter; returns the new module."""
         pass_ = self.pass_
         interpreter_cls = type(pass_).ExportInterpreter
-        engine = self
-        through = passthrough(pass_)
-
-        class Interpreter(interpreter_cls):  # type: ignore[misc, valid-type]
-            def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[Any, Any]:
-                fetched = super().fetch_args_kwargs_from_env(n)
-                engine.fetched = fetched
-                return fetched
-
-            def _set_current_node(self, node: fx.Node) -> Any:
-                return _current_meta(node, pass_name)
-
-            def run_node(self, n: fx.Node) -> Any:
-                # ``_ExportPassBase.ExportInterpreter.run_node`` formats every node for the
-                # pass's ``node_debug_str`` (read by no Arm pass): format the last one only,
-                # which is what stock leaves there.
-                self.node = n
-                if n.op == "output":
-                    self.callback.node_debug_str = n.format_node()
-                if through is not None and n.op == "call_function" and through(n.target):
-                    # What the pass's call chain would end in (``passthrough``): the claim.
-                    engine.passed_through += 1
-                    proxy = engine._claim_as_is(n)
-                    if proxy is not None:
-                        engine.claimed_as_is += 1
-                        return proxy
-                    with self._set_current_node(n):
-                        args, kwargs = self.fetch_args_kwargs_from_env(n)
-                        meta = NodeMetadata(n.meta)
-                        return engine._claim(n, "call_function", n.target, args, kwargs, meta)
-                return fx.Interpreter.run_node(self, n)
-
         # NodeSource records "Interpreter_<class name>" of stock's interpreter.
         pass_name = f"Interpreter_{interpreter_cls.__name__}"
 
@@ -785,7 +809,9 @@ class InplaceRetrace:
         tracer = type(pass_).ExportTracer(pass_, self.graph._codegen)
         tracer.graph = self.graph
         tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
-        interpreter = Interpreter(pass_, self.gm)
+        interpreter = _interpreter_class(interpreter_cls)(pass_, self.gm)
+        interpreter.engine, interpreter.through = self, passthrough(pass_)
+        interpreter.pass_name = pass_name
         prev_interpreter = pass_.interpreter
         pass_.tracer = tracer
         # Stock's interpreter (a new one on an empty module), remembering the fake values that
@@ -811,7 +837,7 @@ class InplaceRetrace:
             type_expr: Any = None,
         ) -> fx.Node:
             node = graph_create_node(op, target, args, kwargs, None, type_expr)
-            engine.created(node, _creation_candidate(engine.graph, target, name))
+            self.created(node, _creation_candidate(self.graph, target, name))
             return node
 
         self.graph.create_node = create_node  # type: ignore[method-assign]
