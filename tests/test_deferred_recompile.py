@@ -149,6 +149,44 @@ def test_superseded_recompile_returns_its_own_code() -> None:
     assert ours[0] != ours[1]
 
 
+def test_successive_snapshots_share_what_did_not_change() -> None:
+    """Three deferred recompiles of one module: unchanged, the second snapshot holds the first's
+    very entries and ``custom`` copies; after an edit, the edited nodes' entries and the changed
+    ``custom`` are new, and the key equals one computed with nothing to share (so sharing
+    changes no key: the code-equality tests above and the lowering's cover the code)."""
+    from arm_accel.retrace_engine import codegen
+
+    gm = traced()
+    relu = next(n for n in gm.graph.nodes if n.target is torch.relu)
+    add = next(n for n in gm.graph.nodes if n.op == "call_function" and n is not relu)
+    relu.meta["custom"] = {"tag": "a"}
+    add.meta["custom"] = {"tag": "b"}
+    previous = switch.set_enabled(True)
+    try:
+        with retrace_engine.arm_pipeline():
+            gm.recompile()
+            first = deferred.pending(gm)
+            gm.recompile()
+            second = deferred.pending(gm)
+            rename_and_reroute(gm)
+            relu.meta["custom"]["tag"] = "c"
+            gm.recompile()
+            third = deferred.pending(gm)
+    finally:
+        switch.set_enabled(previous)
+    assert first is not None and second is not None and third is not None
+    assert all(a is b for a, b in zip(first.key, second.key, strict=True))
+    assert all(a is b for a, b in zip(first.alive, second.alive, strict=True))
+    assert all(second.custom[n] is first.custom[n] for n in (relu, add))
+    shared = [a is b for a, b in zip(second.key, third.key, strict=True)]
+    nodes = list(gm.graph.nodes)
+    assert not shared[nodes.index(relu)] and shared.count(False) == 1, shared
+    assert third.custom[add] is second.custom[add]
+    assert third.custom[relu] == {"tag": "c"} and second.custom[relu] == {"tag": "a"}
+    delattr(gm.graph, codegen._ENTRIES_ATTR)
+    assert codegen.source_key(gm.graph)[0] == third.key
+
+
 def test_copies_of_a_pending_module_are_stocks() -> None:
     """``copy.deepcopy`` and ``copy.copy`` of a module whose code is pending: the copies'
     code and results equal stock's copies'."""

@@ -40,6 +40,10 @@ _forwards: OrderedDict[Any, Any] = OrderedDict()
 hits = {"python_code": 0, "forward": 0}
 
 
+#: On the graph: the entries of its last :func:`source_key`, per node, to be shared by the next.
+_ENTRIES_ATTR = "_arm_accel_key_entries"
+
+
 def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
     """What ``_gen_python_code`` reads of the graph by default, and the objects the key names
     by ``id`` (kept alive with the entry, so that no id is reused while it exists).
@@ -47,31 +51,58 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
     Nodes and their args/kwargs containers are keyed by identity: fx never mutates a node's
     args containers (an edit replaces them), so the same containers hold the same arguments,
     and the nodes they reference have their names in the key at their own entries. That is
-    exact, and reads no argument."""
+    exact, and reads no argument.
+
+    A node's entries equal to those of the graph's previous key are that key's objects: the
+    keys of successive recompiles share them, so the snapshot a dead module still holds
+    (``deferred``; a module's class is a reference cycle) leaves the collector a few containers
+    rather than two objects per node."""
+    previous: tuple[dict[fx.Node, Any], dict[fx.Node, Any]] = getattr(
+        graph, _ENTRIES_ATTR, None
+    ) or ({}, {})
+    old_keys, old_alive = previous
+    keys: dict[fx.Node, Any] = {}
+    alives: dict[fx.Node, Any] = {}
     key: list[Any] = []
     alive: list[Any] = []
     for node in graph.nodes:
         meta = node.meta
         custom = meta.get("custom")
         args, kwargs = node._args, node._kwargs
-        alive.append((node, args, kwargs))
-        key.append(
-            (
-                id(node),
-                node.name,
-                node.op,
-                node.target if not isinstance(node.target, str) else ("str", node.target),
-                id(args),
-                id(kwargs),
-                node.type,
-                meta.get("stack_trace"),
-                repr(custom) if custom else None,
-                meta.get("recompute"),
-                meta.get("ac_graph_id"),
-                meta.get("is_wrapped"),
-            )
+        held = old_alive.get(node)
+        if held is None or held[1] is not args or held[2] is not kwargs:
+            held = (node, args, kwargs)
+        entry = (
+            id(node),
+            node.name,
+            node.op,
+            node.target if not isinstance(node.target, str) else ("str", node.target),
+            id(args),
+            id(kwargs),
+            node.type,
+            meta.get("stack_trace"),
+            repr(custom) if custom else None,
+            meta.get("recompute"),
+            meta.get("ac_graph_id"),
+            meta.get("is_wrapped"),
         )
+        old = old_keys.get(node)
+        if old is not None and _same_entry(old, entry):
+            entry = old
+        keys[node] = entry
+        alives[node] = held
+        key.append(entry)
+        alive.append(held)
+    setattr(graph, _ENTRIES_ATTR, (keys, alives))
     return tuple(key), alive
+
+
+def _same_entry(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:
+    """Whether two entries are equal (a type annotation may compare badly: then not)."""
+    try:
+        return bool(old == new)
+    except Exception:
+        return False
 
 
 def _remember(cache: OrderedDict[Any, Any], key: Any, value: Any, size: int = _CACHE_SIZE) -> None:

@@ -109,12 +109,40 @@ def _co_fields(graph: fx.Graph) -> dict[str, Any]:
     return dict(graph._co_fields) if hasattr(graph, "_co_fields") else {}
 
 
+#: On the graph: the ``custom`` copies of its last snapshot, to be shared by the next.
+_CUSTOM_ATTR = "_arm_accel_custom"
+
+
 def snapshot(graph: fx.Graph) -> Snapshot:
     key, alive = codegen.source_key(graph)
-    custom = {n: dict(n.meta["custom"]) for n in graph.nodes if n.meta.get("custom")}
+    custom = _custom_copies(graph)
+    setattr(graph, _CUSTOM_ATTR, custom)
     gen = graph._codegen
     return Snapshot(
         graph, gen, getattr(gen, "pytree_info", None), _co_fields(graph), key, alive, custom
+    )
+
+
+def _custom_copies(graph: fx.Graph) -> dict[fx.Node, dict[Any, Any]]:
+    """A copy of each node's ``meta["custom"]``; where the last snapshot's copy holds the same
+    keys and value objects in the same order, that copy (what a copy now would be; shared, a
+    dead module's snapshot holds no copy of its own for the collector)."""
+    previous: dict[fx.Node, dict[Any, Any]] = getattr(graph, _CUSTOM_ATTR, None) or {}
+    copies: dict[fx.Node, dict[Any, Any]] = {}
+    for node in graph.nodes:
+        custom = node.meta.get("custom")
+        if not custom:
+            continue
+        old = previous.get(node)
+        if old is None or not isinstance(custom, dict) or not _same_items(old, custom):
+            old = dict(custom)
+        copies[node] = old
+    return copies
+
+
+def _same_items(a: dict[Any, Any], b: dict[Any, Any]) -> bool:
+    return len(a) == len(b) and all(
+        ka is kb and va is vb for (ka, va), (kb, vb) in zip(a.items(), b.items(), strict=True)
     )
 
 
