@@ -47,10 +47,10 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
 fi
-if ! "$VENV/bin/python" -c 'import pytest, hypothesis, matplotlib, mypy' 2>/dev/null ||
+if ! "$VENV/bin/python" -c 'import pytest, xdist, hypothesis, matplotlib, mypy' 2>/dev/null ||
   ! "$VENV/bin/python" -m ruff --version >/dev/null 2>&1; then
-  step "install the dev tools (pytest, hypothesis, ruff, mypy, matplotlib)" \
-    "$VENV/bin/pip" install pytest hypothesis ruff mypy matplotlib
+  step "install the dev tools (pytest, pytest-xdist, hypothesis, ruff, mypy, matplotlib)" \
+    "$VENV/bin/pip" install pytest pytest-xdist hypothesis ruff mypy matplotlib
 fi
 # transformers builds the zoo's small decoder LLMs (qwen2-2l, ...); it does not depend on torch,
 # so this never pulls one (seconds).

@@ -48,7 +48,10 @@ stage "cargo fmt" cargo fmt --check
 stage "cargo clippy" clippy
 stage "cargo test" cargo test -q
 stage "ruff" python -m ruff check python tests benches
-stage "pytest" python -m pytest -q "$@"
+# Two worker processes (one per core on CI's machine), each module's tests on one worker in
+# their order (modules share session fixtures and warm-ups); ARM_ACCEL_TEST_WORKERS=0 runs them
+# in this process.
+stage "pytest" python -m pytest -q -n "${ARM_ACCEL_TEST_WORKERS:-2}" --dist loadfile "$@"
 
 # The upstream Arm suites with acceleration active through the installed hook (issues 5, 13):
 # the pass suite, then the per-operator TOSA lowering tests of a few operators (whole lowerings

@@ -87,15 +87,17 @@ def meta_signature(value: Any) -> Any:
     if isinstance(value, dict):
         return ("dict", tuple((k, meta_signature(v)) for k, v in value.items()))
     if isinstance(value, NodeSource):
-        return ("source", _source_signature(value.to_dict()))
+        return ("source", source_signature(value.to_dict()))
     if isinstance(value, torch._ops.OperatorBase) or type(value).__name__ == "EdgeOpOverload":
         return ("op", str(value))
     return value
 
 
-def _source_signature(d: dict[str, Any]) -> Any:
+def source_signature(d: dict[str, Any]) -> Any:
+    """A ``NodeSource.to_dict()`` without its ``graph_id`` s (graph addresses: they differ run
+    to run and are reused once a graph is freed), down its ``from_node`` chain."""
     rest = tuple(sorted((k, repr(v)) for k, v in d.items() if k not in ("graph_id", "from_node")))
-    return (rest, tuple(_source_signature(p) for p in d.get("from_node", [])))
+    return (rest, tuple(source_signature(p) for p in d.get("from_node", [])))
 
 
 def assert_graphs_identical(a: fx.GraphModule, b: fx.GraphModule) -> None:

@@ -1,8 +1,11 @@
 """Whole-program equality of two ExportedPrograms, node meta included (for the edge stage).
 
 Stock itself is only reproducible up to object identity in a few places, so those are compared
-by value: ``from_node`` provenance with its ``graph_id``s (addresses of transient graphs)
-renumbered in order of first appearance in each program, ``original_aten`` (the tracer stores a
+by value: ``from_node`` provenance as the equality contract compares it
+(:func:`arm_accel.testing.source_signature`: without its ``graph_id`` s, addresses of
+transient graphs; renumbering them in order of first appearance was not enough, as an address
+is reused once its graph is freed, which happens at different times in two lowerings),
+``original_aten`` (the tracer stores a
 ``copy.copy`` of the op, never the op itself) by name and type, fake tensors by shape, dtype,
 strides, storage offset, device and requires_grad; ``seq_nr`` (the process-wide autograd
 sequence counter when the node was traced, so two stock lowerings in one process differ) by its
@@ -18,30 +21,12 @@ import torch
 from torch import fx
 from torch.export import ExportedProgram
 
+from arm_accel.testing import source_signature
+
 _EVAL_KEY = re.compile(r"<eval_with_key>\.\d+")
 
 
-class _GraphIds:
-    def __init__(self) -> None:
-        self.ids: dict[int, int] = {}
-
-    def source(self, s: Any) -> Any:
-        d = s.to_dict()
-        return self._dict(d)
-
-    def _dict(self, d: dict[str, Any]) -> Any:
-        gid = self.ids.setdefault(d["graph_id"], len(self.ids))
-        return (
-            d["name"],
-            d["target"],
-            d["pass_name"],
-            d["action"],
-            gid,
-            tuple(self._dict(x) for x in d["from_node"]),
-        )
-
-
-def _value(v: Any, ids: _GraphIds, index: dict[fx.Node, int]) -> Any:
+def _value(v: Any, index: dict[fx.Node, int]) -> Any:
     from torch.fx.traceback import NodeSource
 
     if isinstance(v, torch.Tensor):
@@ -56,15 +41,15 @@ def _value(v: Any, ids: _GraphIds, index: dict[fx.Node, int]) -> Any:
             v.requires_grad,
         )
     if isinstance(v, NodeSource):
-        return ids.source(v)
+        return ("source", source_signature(v.to_dict()))
     if isinstance(v, torch._ops.OpOverload):
         return ("op", str(v), type(v).__name__)
     if isinstance(v, fx.Node):  # a node of another graph (e.g. in source_fn_stack) by name
         return ("node", index[v]) if v in index else ("foreign node", v.name, str(v.target))
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(_value(x, ids, index) for x in v))
+        return (type(v).__name__, tuple(_value(x, index) for x in v))
     if isinstance(v, dict):
-        return ("dict", tuple((k, _value(x, ids, index)) for k, x in v.items()))
+        return ("dict", tuple((k, _value(x, index)) for k, x in v.items()))
     return v
 
 
@@ -90,15 +75,14 @@ def graph_differences(
         return [f"node count {len(na)} != {len(nb)}"]
     ia = {n: i for i, n in enumerate(na)}
     ib = {n: i for i, n in enumerate(nb)}
-    ga, gb = _GraphIds(), _GraphIds()
     ra, rb = _seq_nr_ranks(na), _seq_nr_ranks(nb)
     for x, y in zip(na, nb, strict=True):
         where = f"node {ia[x]} {x.name}/{y.name}"
         if (x.name, x.op, x.target) != (y.name, y.op, y.target):
             out.append(f"{where}: name/op/target {x.op} {x.target} != {y.op} {y.target}")
-        if not _eq(_value(x.args, ga, ia), _value(y.args, gb, ib)):
+        if not _eq(_value(x.args, ia), _value(y.args, ib)):
             out.append(f"{where}: args {x.args} != {y.args}")
-        if not _eq(_value(x.kwargs, ga, ia), _value(y.kwargs, gb, ib)):
+        if not _eq(_value(x.kwargs, ia), _value(y.kwargs, ib)):
             out.append(f"{where}: kwargs {x.kwargs} != {y.kwargs}")
         if list(x.meta) != list(y.meta):
             out.append(f"{where}: meta keys {list(x.meta)} != {list(y.meta)}")
@@ -108,7 +92,7 @@ def graph_differences(
             elif key == "stack_trace" and separately_exported:
                 vx, vy = (_EVAL_KEY.sub("<eval_with_key>", str(m.meta[key])) for m in (x, y))
             else:
-                vx, vy = _value(x.meta[key], ga, ia), _value(y.meta[key], gb, ib)
+                vx, vy = _value(x.meta[key], ia), _value(y.meta[key], ib)
             if not _eq(vx, vy):
                 out.append(f"{where}: meta[{key!r}] {str(vx)[:300]} != {str(vy)[:300]}")
     return out
@@ -153,7 +137,7 @@ def program_differences(
     if a.module_call_graph != b.module_call_graph:
         out.append("module call graph differs")
     if a.example_inputs is not b.example_inputs and not _eq(
-        _value(a.example_inputs, _GraphIds(), {}), _value(b.example_inputs, _GraphIds(), {})
+        _value(a.example_inputs, {}), _value(b.example_inputs, {})
     ):
         out.append("example inputs differ")
     ma, mb = a.graph_module.meta, b.graph_module.meta
