@@ -5,11 +5,10 @@ by value: ``from_node`` provenance as the equality contract compares it
 (:func:`arm_accel.testing.source_signature`: without its ``graph_id`` s, addresses of
 transient graphs; renumbering them in order of first appearance was not enough, as an address
 is reused once its graph is freed, which happens at different times in two lowerings),
-``original_aten`` (the tracer stores a
-``copy.copy`` of the op, never the op itself) by name and type, fake tensors by shape, dtype,
-strides, storage offset, device and requires_grad; ``seq_nr`` (the process-wide autograd
-sequence counter when the node was traced, so two stock lowerings in one process differ) by its
-rank among the program's seq_nr values.
+``original_aten`` (the tracer stores a ``copy.copy`` of the op, never the op itself) by name
+and type, fake tensors by shape, dtype, strides, storage offset, device and requires_grad;
+``seq_nr`` (the process-wide autograd sequence counter when the node was traced, so two stock
+lowerings in one process differ) by its rank among the program's seq_nr values.
 """
 
 from __future__ import annotations

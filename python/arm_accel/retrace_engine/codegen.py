@@ -63,8 +63,6 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
     old_keys, old_alive = previous
     keys: dict[fx.Node, Any] = {}
     alives: dict[fx.Node, Any] = {}
-    key: list[Any] = []
-    alive: list[Any] = []
     for node in graph.nodes:
         meta = node.meta
         custom = meta.get("custom")
@@ -91,10 +89,8 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
             entry = old
         keys[node] = entry
         alives[node] = held
-        key.append(entry)
-        alive.append(held)
     setattr(graph, _ENTRIES_ATTR, (keys, alives))
-    return tuple(key), alive
+    return tuple(keys.values()), list(alives.values())
 
 
 def _same_entry(old: tuple[Any, ...], new: tuple[Any, ...]) -> bool:

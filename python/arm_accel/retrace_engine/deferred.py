@@ -133,10 +133,10 @@ def _custom_copies(graph: fx.Graph) -> dict[fx.Node, dict[Any, Any]]:
         custom = node.meta.get("custom")
         if not custom:
             continue
-        old = previous.get(node)
-        if old is None or not isinstance(custom, dict) or not _same_items(old, custom):
-            old = dict(custom)
-        copies[node] = old
+        shared = previous.get(node)
+        if shared is None or not isinstance(custom, dict) or not _same_items(shared, custom):
+            shared = dict(custom)
+        copies[node] = shared
     return copies
 
 

@@ -485,15 +485,16 @@ _interpreters: dict[type, type] = {}
 
 def _interpreter_class(base: type) -> type:
     """``base`` (a pass's ``ExportInterpreter``) with the engine's hooks; the instance carries
-    the re-trace (``engine``), its ``passthrough`` test (``through``) and ``pass_name``."""
+    the re-trace (``engine``) and its ``passthrough`` test (``through``)."""
     cls = _interpreters.get(base)
     if cls is not None:
         return cls
 
-    class Interpreter(base):  # type: ignore[misc, valid-type]
+    class Interpreter(base):  # type: ignore[misc]
         engine: InplaceRetrace
         through: Any
-        pass_name: str
+        # NodeSource records "Interpreter_<class name>" of stock's interpreter.
+        pass_name = f"Interpreter_{base.__name__}"
 
         def fetch_args_kwargs_from_env(self, n: fx.Node) -> tuple[Any, Any]:
             fetched = super().fetch_args_kwargs_from_env(n)
@@ -802,16 +803,12 @@ class InplaceRetrace:
         """Interpret the graph with the pass's own interpreter; returns the new module."""
         pass_ = self.pass_
         interpreter_cls = type(pass_).ExportInterpreter
-        # NodeSource records "Interpreter_<class name>" of stock's interpreter.
-        pass_name = f"Interpreter_{interpreter_cls.__name__}"
-
         prev_tracer = pass_.tracer
         tracer = type(pass_).ExportTracer(pass_, self.graph._codegen)
         tracer.graph = self.graph
         tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
         interpreter = _interpreter_class(interpreter_cls)(pass_, self.gm)
         interpreter.engine, interpreter.through = self, passthrough(pass_)
-        interpreter.pass_name = pass_name
         prev_interpreter = pass_.interpreter
         pass_.tracer = tracer
         # Stock's interpreter (a new one on an empty module), remembering the fake values that
