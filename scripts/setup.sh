@@ -57,6 +57,15 @@ fi
 if ! "$VENV/bin/python" -c 'import transformers' 2>/dev/null; then
   step "install transformers (the zoo's decoder LLMs)" "$VENV/bin/pip" install "transformers>=5,<6"
 fi
+# The upstream model tests (UPSTREAM_SET=models) import torchvision, torchaudio, timm and
+# diffusers. torchvision 0.28.0 is the release built for torch 2.13.0; torchaudio has no 2.13
+# release, and 2.11.1 (torch>=2.11, no torch-ABI binary) imports and runs its models on 2.13. The
+# constraint keeps pip from touching the base interpreter's torch (seconds).
+if ! "$VENV/bin/python" -c 'import torchvision, torchaudio, timm, diffusers' 2>/dev/null; then
+  step "install the upstream model tests' dependencies (torchvision, torchaudio, timm, diffusers)" \
+    "$VENV/bin/pip" install -c <(echo "torch==2.13.0") "torchvision==0.28.0" "torchaudio==2.11.1" \
+    "timm>=1.0,<2" "diffusers>=0.40,<1"
+fi
 # Vela compiles for Ethos-U: the demo's Ethos-U targets and the upstream suite's Ethos-U tests.
 if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then
   step "install Vela (ethos-u-vela 5.2.0)" "$VENV/bin/pip" install "ethos-u-vela==5.2.0"

@@ -67,3 +67,9 @@ case "${ARM_ACCEL_UPSTREAM:-ci}" in
   0) ;;
   *) UPSTREAM_SET=ops-ci stage "upstream ops" bash scripts/upstream_suite.sh ;;
 esac
+# The upstream whole-model TOSA FP/INT tests of two MLPerf Tiny models (test/models; ~40 s).
+# Every model: UPSTREAM_SET=models bash scripts/upstream_suite.sh (a long run).
+case "${ARM_ACCEL_UPSTREAM:-ci}" in
+  0) ;;
+  *) UPSTREAM_SET=models-ci stage "upstream models" bash scripts/upstream_suite.sh ;;
+esac

@@ -18,7 +18,7 @@
 # and UPSTREAM_STOCK_FAILURES=<that file of a stock run> makes it the expected set.
 # Env: ARM_ACCEL_VENV (project venv), UPSTREAM_TIMEOUT (seconds, default 7200),
 #      UPSTREAM_OUT (directory for log/report, default a temp dir), UPSTREAM_STOCK_FAILURES,
-#      UPSTREAM_TESTS_FILE (UPSTREAM_SET=ops only: run these node ids, relative to test/ops,
+#      UPSTREAM_TESTS_FILE (UPSTREAM_SET=ops or models: these node ids, relative to test/<set>,
 #      instead of the whole set; to shard the long run or resume an interrupted one).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +41,13 @@ TESTS=$("$PY" -c 'import os, executorch.backends.arm as a; print(os.path.join(a.
 # UPSTREAM_SET: "passes" (default: the pass suite and the view/permute misc modules), "ops-ci"
 # (the per-operator TOSA FP/INT lowering tests of a few operators, which run the whole Arm
 # pipeline through the re-trace engine; CI) or "ops" (every per-operator TOSA FP/INT test;
-# the long run). The ops sets compare with the stock failures recorded in
-# scripts/upstream_ops_stock_failures.txt unless UPSTREAM_STOCK_FAILURES names another file.
+# the long run), "models-ci" (the whole-model TOSA FP/INT tests of two MLPerf Tiny models; CI)
+# or "models" (every test/models TOSA FP/INT test; a long run: its full-size LLM tests, e.g.
+# test_qwen3_vl_2b_instruct_full_models_*, need more than 24 GiB). The ops and models sets
+# compare with the stock failures recorded in scripts/upstream_{ops,models}_stock_failures.txt
+# unless UPSTREAM_STOCK_FAILURES names another file.
 OPS_CI=(softmax layer_norm sdpa permute)
+MODELS_CI=(deep_autoencoder ds_cnn)
 EXTRA_PATH=""
 case "${UPSTREAM_SET:-passes}" in
   passes)
@@ -66,14 +70,30 @@ case "${UPSTREAM_SET:-passes}" in
     else
       ARGS=("$TESTS/ops" -k "tosa_FP or tosa_INT")
     fi ;;
+  models-ci)
+    ARGS=("${MODELS_CI[@]/#/$TESTS/models/test_}")
+    ARGS=("${ARGS[@]/%/.py}" -k "tosa_FP or tosa_INT") ;;
+  models)
+    # Six modules do not import on a machine that reaches PyPI only (pretrained weights from
+    # download.pytorch.org or the Hugging Face hub at import time); their collection errors are
+    # in the recorded stock failures, and the rest of the set still runs.
+    if [ -n "${UPSTREAM_TESTS_FILE:-}" ]; then
+      sed "s|^|$TESTS/models/|" "$UPSTREAM_TESTS_FILE" >"$OUT/tests.txt"
+      ARGS=("@$OUT/tests.txt")
+    else
+      ARGS=("$TESTS/models" -k "tosa_FP or tosa_INT" --continue-on-collection-errors)
+    fi ;;
   *) echo "unknown UPSTREAM_SET=$UPSTREAM_SET" >&2; exit 2 ;;
 esac
 # The ops tests that fail in stock too, one per line: numeric tolerance failures on unseeded
 # random data (test_native_layer_norm_tosa_INT_a16w8[randn_last_dim]: stock fails 7 of 60
 # seeds; accelerated, its TOSA bytes equal stock's for seeds 0-2). Listed, a failure is expected,
 # not required.
-if [ "${UPSTREAM_SET:-passes}" != passes ] && [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
-  KNOWN_STOCK_FAILURES=$(cat scripts/upstream_ops_stock_failures.txt)
+if [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
+  case "${UPSTREAM_SET:-passes}" in
+    ops | ops-ci) KNOWN_STOCK_FAILURES=$(cat scripts/upstream_ops_stock_failures.txt) ;;
+    models | models-ci) KNOWN_STOCK_FAILURES=$(cat scripts/upstream_models_stock_failures.txt) ;;
+  esac
 fi
 
 # A reporting-only plugin: at the end of the session it writes arm_accel.status()/stats() so we
