@@ -1,7 +1,8 @@
-"""arm-accel: Rust-accelerated view/permute passes for ExecuTorch's Arm backend.
+"""arm-accel: faster lowering for ExecuTorch's Arm backend, output identical to stock.
 
-Installing the wheel is enough: ``arm_accel_hook.pth`` swaps the accelerated passes in when
-``executorch.backends.arm._passes`` is imported (see ``arm_accel.activation``). This module stays
+Installing the wheel is enough: ``arm_accel_hook.pth`` swaps the accelerated passes, the
+pipeline-wide re-trace and the decomposition replay in when ``executorch.backends.arm._passes``
+is imported (see ``arm_accel.activation``). This module stays
 import-light (it is imported at interpreter start-up by that ``.pth``): the native extension and
 everything else load lazily.
 

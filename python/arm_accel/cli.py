@@ -365,7 +365,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="arm-accel",
-        description="Rust-accelerated view/permute passes for ExecuTorch's Arm backend.",
+        description="Faster lowering for ExecuTorch's Arm backend (TOSA / Ethos-U), output "
+        "identical to stock.",
     )
     parser.add_argument("--version", action="version", version=f"arm-accel {our_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
