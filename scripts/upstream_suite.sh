@@ -92,7 +92,8 @@ esac
 # rotary embedding, two Gemma3n tests with transformers 5 (the attention's arguments no longer
 # bind under dynamo; the audio encoder is not delegated) and two phi3 INT tests marked as strict
 # xfails that pass here (XPASS), T5ForConditionalGeneration and DeiT-tiny (Hugging Face hub
-# downloads) and the T5 encoder's INT test (its not-delegated check finds a delegate). Listed, a
+# downloads), the T5 encoder's INT test (its not-delegated check finds a delegate) and Swin2SR's
+# INT test (it counts 2 of the 6 quantize ops it expects outside the delegates). Listed, a
 # failure is expected, not required.
 if [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
   case "${UPSTREAM_SET:-passes}" in
