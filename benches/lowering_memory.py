@@ -6,7 +6,9 @@ Each side lowers the zoo model in a fresh subprocess (``ARM_ACCEL=0`` for stock)
 exports the model, resets the RSS high-water mark (``/proc/self/clear_refs``), runs
 ``to_edge_transform_and_lower`` once and reports ``VmHWM`` (the process's peak during the
 lowering) and the peak minus the RSS before the call. Both sides print a digest of their TOSA
-bytes, so a row also shows that the two lowerings produced the same output. The question it
+bytes, so a row also shows that the two lowerings produced the same output. Both run with
+``PYTHONHASHSEED=0``: stock's own output varies from process to process with the string hash
+seed (qwen2-2l: two stock processes, two TOSA digests; with a fixed seed, one). The question it
 answers: does the hook's state (fake memo, kept values, provenance records) raise the peak a
 model needs, e.g. for the upstream full-size LLM tests that need most of a 24 GiB machine?
 """
@@ -43,7 +45,7 @@ print(json.dumps({"peak": peak, "before": before, "tosa": digest}))
 
 
 def side(model: str, accelerated: bool) -> dict[str, int | str]:
-    env = dict(os.environ, ARM_ACCEL="1" if accelerated else "0")
+    env = dict(os.environ, ARM_ACCEL="1" if accelerated else "0", PYTHONHASHSEED="0")
     out = subprocess.run(
         [sys.executable, "-c", CHILD, model], env=env, check=True, capture_output=True, text=True
     ).stdout
