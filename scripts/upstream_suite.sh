@@ -48,6 +48,26 @@ TESTS=$("$PY" -c 'import os, executorch.backends.arm as a; print(os.path.join(a.
 # unless UPSTREAM_STOCK_FAILURES names another file.
 OPS_CI=(softmax layer_norm sdpa permute)
 MODELS_CI=(deep_autoencoder ds_cnn)
+# ci_modules DIR NAME...: the TOSA FP/INT tests of the modules test/DIR/test_NAME.py.
+ci_modules() {
+  local dir=$1
+  shift
+  ARGS=("${@/#/$TESTS/$dir/test_}")
+  ARGS=("${ARGS[@]/%/.py}" -k "tosa_FP or tosa_INT")
+}
+# whole_set DIR [PYTEST_ARG...]: every TOSA FP/INT test of test/DIR, or, for a shard or the rest
+# of an interrupted long run, the node ids in UPSTREAM_TESTS_FILE, one per line, relative to
+# test/DIR (`pytest --co -q` there prints them so).
+whole_set() {
+  local dir=$1
+  shift
+  if [ -n "${UPSTREAM_TESTS_FILE:-}" ]; then
+    sed "s|^|$TESTS/$dir/|" "$UPSTREAM_TESTS_FILE" >"$OUT/tests.txt"
+    ARGS=("@$OUT/tests.txt")
+  else
+    ARGS=("$TESTS/$dir" -k "tosa_FP or tosa_INT" "$@")
+  fi
+}
 EXTRA_PATH=""
 case "${UPSTREAM_SET:-passes}" in
   passes)
@@ -55,34 +75,18 @@ case "${UPSTREAM_SET:-passes}" in
           "$TESTS/misc/test_transpose_counts.py"
           "$TESTS/misc/test_high_rank_permute_view_invariants.py"
           "$TESTS/misc/test_reshape_permute_5d_regression.py") ;;
-  ops-ci)
-    ARGS=("${OPS_CI[@]/#/$TESTS/ops/test_}")
-    ARGS=("${ARGS[@]/%/.py}" -k "tosa_FP or tosa_INT") ;;
+  ops-ci) ci_modules ops "${OPS_CI[@]}" ;;
   ops)
     # test_transpose_conv2d.py does `import conftest` (the test directory's); the package import
     # pytest uses does not put that directory on sys.path.
     EXTRA_PATH="$TESTS"
-    if [ -n "${UPSTREAM_TESTS_FILE:-}" ]; then
-      # A shard or the rest of an interrupted long run: node ids, one per line, relative to
-      # the ops directory (`pytest --co -q` there prints them so).
-      sed "s|^|$TESTS/ops/|" "$UPSTREAM_TESTS_FILE" >"$OUT/tests.txt"
-      ARGS=("@$OUT/tests.txt")
-    else
-      ARGS=("$TESTS/ops" -k "tosa_FP or tosa_INT")
-    fi ;;
-  models-ci)
-    ARGS=("${MODELS_CI[@]/#/$TESTS/models/test_}")
-    ARGS=("${ARGS[@]/%/.py}" -k "tosa_FP or tosa_INT") ;;
+    whole_set ops ;;
+  models-ci) ci_modules models "${MODELS_CI[@]}" ;;
   models)
     # Six modules do not import on a machine that reaches PyPI only (pretrained weights from
     # download.pytorch.org or the Hugging Face hub at import time); their collection errors are
     # in the recorded stock failures, and the rest of the set still runs.
-    if [ -n "${UPSTREAM_TESTS_FILE:-}" ]; then
-      sed "s|^|$TESTS/models/|" "$UPSTREAM_TESTS_FILE" >"$OUT/tests.txt"
-      ARGS=("@$OUT/tests.txt")
-    else
-      ARGS=("$TESTS/models" -k "tosa_FP or tosa_INT" --continue-on-collection-errors)
-    fi ;;
+    whole_set models --continue-on-collection-errors ;;
   *) echo "unknown UPSTREAM_SET=$UPSTREAM_SET" >&2; exit 2 ;;
 esac
 # The ops tests that fail in stock too, one per line: numeric tolerance failures on unseeded
@@ -95,11 +99,8 @@ esac
 # downloads), the T5 encoder's INT test (its not-delegated check finds a delegate) and Swin2SR's
 # INT test (it counts 2 of the 6 quantize ops it expects outside the delegates). Listed, a
 # failure is expected, not required.
-if [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
-  case "${UPSTREAM_SET:-passes}" in
-    ops | ops-ci) KNOWN_STOCK_FAILURES=$(cat scripts/upstream_ops_stock_failures.txt) ;;
-    models | models-ci) KNOWN_STOCK_FAILURES=$(cat scripts/upstream_models_stock_failures.txt) ;;
-  esac
+if [ "${UPSTREAM_SET:-passes}" != passes ] && [ -z "${UPSTREAM_STOCK_FAILURES:-}" ]; then
+  KNOWN_STOCK_FAILURES=$(cat "scripts/upstream_${UPSTREAM_SET%-ci}_stock_failures.txt")
 fi
 
 # A reporting-only plugin: at the end of the session it writes arm_accel.status()/stats() so we
