@@ -16,40 +16,32 @@ model needs, e.g. for the upstream full-size LLM tests that need most of a 24 Gi
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
-import sys
+from typing import Any
 
-CHILD = r"""
+from memory import PEAK_HELPERS, run_child  # benches/ is sys.path[0] when run as a script
+
+CHILD = (
+    PEAK_HELPERS
+    + r"""
 import hashlib, json, sys
 from arm_accel import models
 
-def vm(key):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(key)
-
 model, inputs, mode = models.build(sys.argv[1])
 exported = models.export_for_arm(model, inputs, mode)
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset VmHWM to the current RSS
-before = vm("VmRSS")
+reset_peak()
+before = status("VmRSS:")
 edge = models.lower(exported, mode)
-peak = vm("VmHWM")
+peak = status("VmHWM:")
 digest = hashlib.sha256(b"".join(models.tosa_bytes(edge))).hexdigest()[:16]
 print(json.dumps({"peak": peak, "before": before, "tosa": digest}))
 """
+)
 
 
-def side(model: str, accelerated: bool) -> dict[str, int | str]:
+def side(model: str, accelerated: bool) -> dict[str, Any]:
     env = dict(os.environ, ARM_ACCEL="1" if accelerated else "0", PYTHONHASHSEED="0")
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, model], env=env, check=True, capture_output=True, text=True
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_child(CHILD, model, env=env)
 
 
 def main() -> None:
@@ -61,10 +53,10 @@ def main() -> None:
           "ratio of the lowering's own | TOSA equal")  # fmt: skip
     for name in args.models.split(","):
         s, a = side(name, False), side(name, True)
-        own_s, own_a = int(s["peak"]) - int(s["before"]), int(a["peak"]) - int(a["before"])
+        own_s, own_a = s["peak"] - s["before"], a["peak"] - a["before"]
         print(
-            f"{name} | {int(s['peak']) / mib:.0f} ({own_s / mib:.0f}) | "
-            f"{int(a['peak']) / mib:.0f} ({own_a / mib:.0f}) | "
+            f"{name} | {s['peak'] / mib:.0f} ({own_s / mib:.0f}) | "
+            f"{a['peak'] / mib:.0f} ({own_a / mib:.0f}) | "
             f"{own_a / max(own_s, 1):.2f}x | {s['tosa'] == a['tosa']}",
             flush=True,
         )

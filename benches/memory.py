@@ -20,6 +20,7 @@ import sys
 import tempfile
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -73,16 +74,25 @@ def tile(cols: dict[str, np.ndarray], nodes: int) -> dict[str, np.ndarray]:
     return out
 
 
-CHILD = r"""
-import json, sys, types
-import numpy as np
-from arm_accel import _native
-
+# The child's peak helpers, shared with benches/lowering_memory.py's child.
+PEAK_HELPERS = r"""
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) * 1024
     raise KeyError(key)
+
+def reset_peak():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current RSS
+"""
+
+CHILD = (
+    PEAK_HELPERS
+    + r"""
+import json, sys, types
+import numpy as np
+from arm_accel import _native
 
 data = np.load(sys.argv[1])
 t = types.SimpleNamespace(**{k: np.ascontiguousarray(data[k]) for k in data.files})
@@ -94,21 +104,26 @@ calls = {
     "constant_mask": lambda: _native.constant_mask(t),
 }
 call = calls[sys.argv[2]]
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset VmHWM to the current RSS
+reset_peak()
 before = status("VmRSS:")
 result = call()
 print(json.dumps({"peak": status("VmHWM:") - before}))
 """
+)
+
+
+def run_child(code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter and return the JSON object on its last stdout line."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
+    )
+    if out.returncode:
+        raise RuntimeError(f"subprocess {args} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def kernel_peak(path: Path, kernel: str) -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(path), kernel], capture_output=True, text=True
-    )
-    if out.returncode:
-        raise RuntimeError(f"{kernel} subprocess failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])["peak"]
+    return run_child(CHILD, str(path), kernel)["peak"]
 
 
 def main() -> None:
