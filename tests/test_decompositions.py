@@ -14,7 +14,7 @@ import pytest
 import torch
 from arm_accel import PassStats, counters, models, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
-from arm_accel.edge import cia_ops, cia_override, decompositions
+from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta
 from arm_accel.retrace_engine import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
@@ -56,6 +56,11 @@ def _overridden() -> int:
     return counters.snapshot().get(cia_override.STATS_NAME, PassStats()).accelerated
 
 
+def _populated() -> int:
+    """Param/buffer metadata write-backs made by ``arm_accel.edge.param_meta`` so far."""
+    return counters.snapshot().get(param_meta.STATS_NAME, PassStats()).accelerated
+
+
 def _served() -> int:
     """Calls served by the fake memo under ``FakeTensorMode.dispatch`` so far."""
     return counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated
@@ -74,15 +79,16 @@ def test_lowering_equals_stock(active: None) -> None:
     edge stage's program equals stock's (graph with every meta key, signature, state dict,
     constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, no
     quantize/dequantize value served from the fake memo, no collection of CIA ops materialized
-    once or no CIA override made its patches directly, or if any of these happened with
-    acceleration off."""
+    once, no CIA override made its patches directly or no param/buffer metadata write-back
+    looked its mappings up once, or if any of these happened with acceleration off."""
     model, inputs, mode = models.build("dscnnkws")
     exported = models.export_for_arm(model, inputs, mode)
-    before, served, collected, overridden = (
+    before, served, collected, overridden, populated = (
         _accelerated(),
         _served(),
         _collected(),
         _overridden(),
+        _populated(),
     )
     with arm_accel.disabled(), edge_stage_output() as stock_programs:
         stock_bytes = models.tosa_bytes(models.lower(exported, mode))
@@ -90,12 +96,14 @@ def test_lowering_equals_stock(active: None) -> None:
     assert _served() == served, "the fake memo served calls with acceleration off"
     assert _collected() == collected, "CIA ops collected once with acceleration off"
     assert _overridden() == overridden, "the CIA override ran ours with acceleration off"
+    assert _populated() == populated, "param/buffer meta written by ours with acceleration off"
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
     assert _accelerated() > before, "no run_decompositions call was replayed"
     assert _served() > served, "the fake memo served no call of the decompositions"
     assert _collected() > collected, "no collection of CIA ops materialized once"
     assert _overridden() > overridden, "no CIA override made its patches directly"
+    assert _populated() > populated, "no param/buffer meta write-back looked up once"
     assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)
@@ -107,6 +115,44 @@ def test_lowering_equals_stock(active: None) -> None:
     assert stock_bytes and ours_bytes == stock_bytes
     # equal values, fewer objects: the provenance records share their ancestors
     assert _provenance_objects(ours) < _provenance_objects(stock)
+
+
+def test_call_results_get_their_code_when_used(
+    active: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dscnnkws INT lowered with acceleration off, then on, from the same exported program,
+    recording what each decomposition call of the edge stage returns. Accelerated, every result
+    but the last (which leaves the stage) still has its code pending after the lowering, and
+    each result's code, once read, equals stock's result of the same call (same source, same
+    ``forward`` signature); stock's results have theirs at once."""
+    import inspect
+
+    from arm_accel.retrace_engine import deferred
+
+    model, inputs, mode = models.build("dscnnkws")
+    exported = models.export_for_arm(model, inputs, mode)
+    results: list[ExportedProgram] = []
+    stock_decompose = decompositions._decompose
+
+    def recording(*args: Any) -> ExportedProgram:
+        results.append(stock_decompose(*args))
+        return results[-1]
+
+    monkeypatch.setattr(decompositions, "_decompose", recording)
+    with arm_accel.disabled():
+        models.lower(exported, mode)
+    stock_results = list(results)
+    results.clear()
+    models.lower(exported, mode)
+    assert len(results) == len(stock_results) == 3
+    assert all(deferred.pending(r.graph_module) is None for r in stock_results)
+    assert [deferred.pending(r.graph_module) is not None for r in results] == [True, True, False]
+    for ours, stock in zip(results, stock_results, strict=True):
+        assert ours.graph_module.code == stock.graph_module.code
+        assert inspect.signature(ours.graph_module.forward) == inspect.signature(
+            stock.graph_module.forward
+        )
+        assert deferred.pending(ours.graph_module) is None
 
 
 def _provenance_objects(ep: ExportedProgram) -> int:
@@ -185,7 +231,8 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
 
 def test_uninstall_restores_stock(active: None) -> None:
     """uninstall puts executorch's function and torch's methods (``run_decompositions``,
-    ``NodeSource.__init__``, ``FakeTensorMode.dispatch``) back; install re-wraps them."""
+    ``NodeSource.__init__``, ``FakeTensorMode.dispatch``) back and uninstalls the parts
+    (provenance, param/buffer metadata); install re-wraps them."""
     import executorch.exir.program._program as prog
     from arm_accel.edge import provenance
     from torch.fx.traceback import NodeSource
@@ -200,10 +247,10 @@ def test_uninstall_restores_stock(active: None) -> None:
         assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
         assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
         assert FakeTensorMode.dispatch is ours_dispatch.__wrapped__  # type: ignore[attr-defined]
-        assert not provenance.installed()
+        assert not provenance.installed() and not param_meta.installed()
     finally:
         decompositions.install()
-    assert decompositions.installed() and provenance.installed()
+    assert decompositions.installed() and provenance.installed() and param_meta.installed()
     assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
     assert FakeTensorMode.dispatch is not ours_dispatch.__wrapped__  # type: ignore[attr-defined]
 

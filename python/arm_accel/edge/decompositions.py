@@ -52,7 +52,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import collector, retrace_engine
-from arm_accel.edge import cia_ops, cia_override, provenance
+from arm_accel.edge import cia_ops, cia_override, param_meta, provenance
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -285,8 +285,8 @@ def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -
     )
 
     mod = ep.module()
-    param_meta = _collect_param_buffer_metadata(mod)
-    for meta in param_meta.values():
+    placeholder_meta = _collect_param_buffer_metadata(mod)
+    for meta in placeholder_meta.values():
         meta.pop("nn_module_stack", None)
         meta.pop("stack_trace", None)
     sig = ep.graph_signature
@@ -299,7 +299,7 @@ def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -
         if old.op == "placeholder":
             new = graph.placeholder(old.name)
             if old.name in targets:  # _populate_param_buffer_metadata_to_new_gm
-                new.meta = dict(param_meta[targets[old.name]])
+                new.meta = dict(placeholder_meta[targets[old.name]])
             else:
                 new.meta = {k: v for k, v in old.meta.items() if k in USER_INPUT_META}
         elif old.op == "call_function":
@@ -356,11 +356,11 @@ def _decompose(
         fake_memo.dispatching(),
         retrace_engine.deferring_recompiles(),
         cia_ops.collecting_once(),
+        param_meta.looking_up_once(),
     ):
         result = _decompose_sharing(stage, index, ep, table, triton, stock)
-    # What the call returns has its code, as stock's (its intermediate modules get theirs if
-    # they are ever used).
-    deferred.materialize(result.graph_module)
+    # What the call returns gets its code when first used, as every module the call built
+    # (the stage's last result gets it when the stage ends).
     counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
     return result
 
@@ -407,7 +407,7 @@ def install() -> None:
             return
         provenance.install()
         fake_memo.install()
-        for part in (cia_ops, cia_override):
+        for part in (cia_ops, cia_override, param_meta):
             try:
                 part.install()
             except ImportError as exc:  # another torch: this part stays stock
@@ -425,7 +425,11 @@ def install() -> None:
                 with collector.lowering():
                     return stock_stage(*args, **kwargs)
             finally:
-                stack.pop()
+                last = stack.pop().last
+                # The one call result that left the stage (``_generate_edge_program``'s
+                # input) has its code, as stock's; the others were only the next call's input.
+                if last is not None:
+                    deferred.materialize(last.graph_module)
 
         @functools.wraps(stock_method)
         def run_decompositions(
@@ -474,6 +478,7 @@ def uninstall() -> None:
         fake_memo.uninstall()
         cia_ops.uninstall()
         cia_override.uninstall()
+        param_meta.uninstall()
         _installed.clear()
 
 
