@@ -77,7 +77,8 @@ def active() -> None:
 def test_lowering_equals_stock(active: None) -> None:
     """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
     edge stage's program equals stock's (graph with every meta key, signature, state dict,
-    constants, verifiers) and the TOSA bytes are equal; fails if no call was replayed, no
+    constants, verifiers) and the TOSA bytes are equal; fails unless calls 1 (its conv2d
+    written as convolution) and 2 were replayed, or if no
     quantize/dequantize value served from the fake memo, no collection of CIA ops materialized
     once, no CIA override made its patches directly or no param/buffer metadata write-back
     looked its mappings up once, or if any of these happened with acceleration off."""
@@ -99,7 +100,7 @@ def test_lowering_equals_stock(active: None) -> None:
     assert _populated() == populated, "param/buffer meta written by ours with acceleration off"
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
-    assert _accelerated() > before, "no run_decompositions call was replayed"
+    assert _accelerated() - before == 2, "calls 1 (conv2d as convolution) and 2 not replayed"
     assert _served() > served, "the fake memo served no call of the decompositions"
     assert _collected() > collected, "no collection of CIA ops materialized once"
     assert _overridden() > overridden, "no CIA override made its patches directly"
@@ -216,6 +217,57 @@ def test_replay_equals_stock_call_on_tiny_program() -> None:
     assert (
         decompositions.decline_reason(ep, {add: None})
         == "aten.add.Tensor in the decomposition table"
+    )
+
+
+class _Convs(torch.nn.Module):
+    """conv2d with stride and padding, then one with groups, dilation and no bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, groups=2, dilation=2, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.b(self.a(x)))
+
+
+def _conv2d_table() -> dict[Any, Any]:
+    """executorch's default decomposition table's entry for conv2d, alone."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    conv2d = torch.ops.aten.conv2d.default
+    return {conv2d: _default_decomposition_table()[conv2d]}
+
+
+def test_conv2d_replayed_as_convolution_equals_stock_call() -> None:
+    """A re-trace output holding two conv2d (defaulted and explicit arguments, with and without
+    bias) and a table decomposing conv2d: the replay, which writes each as the convolution its
+    kernel calls, equals stock's call with that table (every meta key, names, signature)."""
+    torch.manual_seed(0)
+    ep = torch.export.export(_Convs().eval(), (torch.randn(1, 3, 16, 16),)).run_decompositions({})
+    assert sum(n.target is torch.ops.aten.conv2d.default for n in ep.graph.nodes) == 2
+    table = _conv2d_table()
+    assert decompositions.decline_reason(ep, table) is None
+    stock = ep.run_decompositions(dict(table))  # outside the edge stage: always stock's call
+    assert any(n.target is torch.ops.aten.convolution.default for n in stock.graph.nodes)
+    ours = decompositions.replay_program(ep, frozenset(), dict(table))
+    assert program_differences(stock, ours) == []
+
+
+def test_conv2d_not_modelled_declines() -> None:
+    """conv2d on an unbatched (3-D) input, whose kernel adds an unsqueeze and a squeeze, and a
+    table mapping conv2d to another function: the replay declines, naming why."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 4, 3).eval()
+    unbatched = torch.export.export(conv, (torch.randn(3, 8, 8),)).run_decompositions({})
+    assert decompositions.decline_reason(unbatched, _conv2d_table()) == (
+        "conv2d input not a batched real tensor"
+    )
+    batched = torch.export.export(conv, (torch.randn(1, 3, 8, 8),)).run_decompositions({})
+    other = {torch.ops.aten.conv2d.default: torch.ops.aten.convolution.default}
+    assert decompositions.decline_reason(batched, other) == (
+        "conv2d's table entry is not its CompositeImplicitAutograd kernel"
     )
 
 

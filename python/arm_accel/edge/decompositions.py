@@ -64,6 +64,9 @@ NAMESPACES_MODELLED = frozenset({"aten", "quantized_decomposed", "dim_order_ops"
 #: Nodes without users the re-trace keeps (asserts); any other dead node declines.
 KEPT_WITHOUT_USERS = frozenset({"aten._assert_tensor_metadata.default"})
 USER_INPUT_META = frozenset({"desc", "tensor_meta", "val"})
+#: torch versions whose ``conv2d`` CompositeImplicitAutograd kernel (C++ ``conv2d_symint``) was
+#: read for :func:`_as_convolution`.
+CONV2D_KERNEL_TORCH = ("2.13",)
 
 _lock = threading.Lock()
 _local = threading.local()
@@ -134,6 +137,64 @@ def _preserved_cia(op: torch._ops.OpOverload) -> bool:
     return op.namespace == "aten" and op in _collect_all_valid_cia_ops_for_aten_namespace()
 
 
+def _conv2d_decline(node: fx.Node, table: dict[Any, Any]) -> str | None:
+    """Why the re-trace may not turn the ``aten.conv2d.default`` node into the single
+    ``convolution`` :func:`_as_convolution` builds, or None. The table's entry must be the one
+    ``_get_decomp_for_cia`` makes for it (its C++ CompositeImplicitAutograd kernel, which
+    ``_override_composite_implicit_decomp`` installs for the trace); that kernel calls
+    ``convolution`` once with the arguments it was given for a batched (4-D), non-complex input,
+    and first checks the bias dtype."""
+    from torch._export.utils import _get_decomp_for_cia
+
+    conv2d = torch.ops.aten.conv2d.default
+    if not torch.__version__.startswith(CONV2D_KERNEL_TORCH):
+        return f"conv2d's kernel not read for torch {torch.__version__}"
+    entry = table[conv2d]
+    stock_entry = _get_decomp_for_cia(conv2d)
+    if not (
+        isinstance(entry, functools.partial)
+        and isinstance(stock_entry, functools.partial)
+        and entry.func.__code__ is stock_entry.func.__code__
+        and entry.args == ()
+        and entry.keywords == {"kernel": conv2d}
+    ):
+        return "conv2d's table entry is not its CompositeImplicitAutograd kernel"
+    if node.kwargs or not 2 <= len(node.args) <= len(conv2d._schema.arguments):
+        return "conv2d arguments not canonical"
+    values = [a.meta.get("val") if isinstance(a, fx.Node) else a for a in node.args[:3]]
+    x, weight = values[0], values[1]
+    bias = values[2] if len(values) == 3 else None
+    if not isinstance(x, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return "conv2d input or weight without a tensor value"
+    if x.dim() != 4 or x.is_complex():
+        return "conv2d input not a batched real tensor"
+    if len(node.args) == 3 and bias is None and node.args[2] is not None:
+        return "conv2d bias without a tensor value"
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype != x.dtype):
+        return "conv2d bias of another dtype"
+    return None
+
+
+def _as_convolution(node: fx.Node) -> tuple[Any, tuple[Any, ...]]:
+    """The ``convolution`` call conv2d's C++ kernel makes for ``node`` (``_conv2d_decline`` is
+    None): its arguments with the schema's defaults filled in, not transposed, zero output
+    padding."""
+    schema = torch.ops.aten.conv2d.default._schema.arguments
+    given = list(node.args) + [a.default_value for a in schema[len(node.args) :]]
+    x, weight, bias, stride, padding, dilation, groups = given
+    return torch.ops.aten.convolution.default, (
+        x,
+        weight,
+        bias,
+        stride,
+        padding,
+        dilation,
+        False,
+        [0, 0],
+        groups,
+    )
+
+
 def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
     """Why the re-trace of ``ep`` with ``table`` may change more than :func:`replay_program`
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional)."""
@@ -176,7 +237,12 @@ def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
         name = str(target)
         if target.namespace not in NAMESPACES_MODELLED:
             return f"namespace {target.namespace} not modelled"
-        if target in table:
+        if target is torch.ops.aten.conv2d.default and target in table:
+            conv2d = _conv2d_decline(node, table)
+            if conv2d is not None:
+                return conv2d
+            target = torch.ops.aten.convolution.default
+        elif target in table:
             return f"{name} in the decomposition table"
         if target._schema.is_mutable:
             return f"{name} is mutable"
@@ -243,18 +309,22 @@ def _replayed_meta(
     return meta
 
 
-def _run_as_traced(old: fx.Node, source: fx.Node, target: Any) -> None:
-    """Run ``target`` on ``old``'s fake input values as the re-trace's first (metadata) pass
-    does: exporting, with ``source``'s meta as the current meta. A dynamo-disabled kernel on
-    its path annotates ``custom`` in place (``fx.traceback.annotate``), which the traced node
-    then copies; this reproduces that. Raises if the value differs from ``old``'s."""
+def _run_as_traced(
+    old: fx.Node, source: fx.Node, target: Any, args: Any = None, kwargs: Any = None
+) -> None:
+    """Run ``target`` on the fake values of ``args``/``kwargs`` (default: ``old``'s) as the
+    re-trace's first (metadata) pass does: exporting, with ``source``'s meta as the current
+    meta. A dynamo-disabled kernel on its path annotates ``custom`` in place
+    (``fx.traceback.annotate``), which the traced node then copies; this reproduces that.
+    Raises if the value differs from ``old``'s."""
     from torch._export.utils import _compiling_state_context
     from torch.fx import traceback as fx_traceback
 
     def value(n: fx.Node) -> Any:
         return n.meta["val"]
 
-    args, kwargs = fx.map_arg(old.args, value), fx.map_arg(old.kwargs, value)
+    args = fx.map_arg(old.args if args is None else args, value)
+    kwargs = fx.map_arg(old.kwargs if kwargs is None else kwargs, value)
     expected = old.meta["val"]
     with (
         expected.fake_mode,
@@ -272,10 +342,16 @@ def _run_as_traced(old: fx.Node, source: fx.Node, target: Any) -> None:
         raise ValueError(f"{old.name}: value {got.shape} differs from the graph's")
 
 
-def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -> ExportedProgram:
+def replay_program(
+    ep: ExportedProgram,
+    swapped: frozenset[str] = frozenset(),
+    table: dict[Any, Any] | None = None,
+) -> ExportedProgram:
     """The program ``ep.run_decompositions(table)`` returns when :func:`decline_reason` is None,
     built without tracing: stock's own unlift (``ep.module()``) gives the first provenance
-    level and the param/buffer metadata, the tracer's copy rules the rest. ``swapped`` names
+    level and the param/buffer metadata, the tracer's copy rules the rest. A ``conv2d`` the
+    table holds becomes the ``convolution`` its kernel calls (:func:`_as_convolution`), run on
+    fake values as a swapped node is. ``swapped`` names
     the nodes whose target changed since the trace that made ``ep``: only they run (on fake
     values, see :func:`_run_as_traced`); every other node would compute as last time."""
     from torch._export.utils import _collect_param_buffer_metadata
@@ -293,6 +369,7 @@ def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -
     targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
     by_name = {n.name: n for n in mod.graph.nodes}
     seq_nr = torch.autograd._get_sequence_nr() - 1
+    conv2d = torch.ops.aten.conv2d.default
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for old in ep.graph.nodes:
@@ -303,13 +380,17 @@ def replay_program(ep: ExportedProgram, swapped: frozenset[str] = frozenset()) -
             else:
                 new.meta = {k: v for k, v in old.meta.items() if k in USER_INPUT_META}
         elif old.op == "call_function":
+            target, old_args = old.target, old.args
+            decomposed = table is not None and target is conv2d and target in table
+            if decomposed:
+                target, old_args = _as_convolution(old)
             # fx's namespace renumbers the names in graph order, as in the traced graph
-            name = None if old.target is operator.getitem else old.target.overloadpacket.__name__
-            args = fx.map_arg(old.args, env.__getitem__)
+            name = None if target is operator.getitem else target.overloadpacket.__name__
+            args = fx.map_arg(old_args, env.__getitem__)
             kwargs = fx.map_arg(old.kwargs, env.__getitem__)
-            target = _dispatched(old.target)
-            if old.name in swapped:
-                _run_as_traced(old, by_name[old.name], target)
+            target = _dispatched(target)
+            if decomposed or old.name in swapped:
+                _run_as_traced(old, by_name[old.name], target, old_args, old.kwargs)
             new = graph.create_node("call_function", target, args, kwargs, name)
             new.meta = _replayed_meta(old, by_name[old.name], target, seq_nr, args, kwargs)
         else:
@@ -382,7 +463,7 @@ def _decompose_sharing(
     failure: Exception | None = None
     if reason is None:
         try:
-            result = replay_program(ep, stage.swapped(ep))
+            result = replay_program(ep, stage.swapped(ep), table)
         except Exception as exc:  # never wrong: any surprise runs the stock call
             failure = exc
             reason = f"replay failed: {exc!r}"
