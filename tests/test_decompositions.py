@@ -14,10 +14,11 @@ import pytest
 import torch
 from arm_accel import PassStats, counters, models, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
-from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta
+from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta, subtrace
 from arm_accel.retrace_engine import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
+from torch import fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 
@@ -207,7 +208,8 @@ def _functional_tiny() -> ExportedProgram:
 
 def test_replay_equals_stock_call_on_tiny_program() -> None:
     """A re-trace output with no table target: the replay equals stock's call with that table
-    (every meta key, names, signature); the decision declines once a target is in the table."""
+    (every meta key, names, signature); without tracing rewritten nodes alone, the decision
+    declines once a target is in the table."""
     ep = _functional_tiny()
     table: dict[Any, Any] = {}
     assert decompositions.decline_reason(ep, table) is None
@@ -215,7 +217,7 @@ def test_replay_equals_stock_call_on_tiny_program() -> None:
     assert program_differences(stock, decompositions.replay_program(ep)) == []
     add = torch.ops.aten.add.Tensor
     assert (
-        decompositions.decline_reason(ep, {add: None})
+        decompositions.decline_reason(ep, {add: None}, trace_rewritten=False)
         == "aten.add.Tensor in the decomposition table"
     )
 
@@ -269,6 +271,76 @@ def test_conv2d_not_modelled_declines() -> None:
     assert decompositions.decline_reason(batched, other) == (
         "conv2d's table entry is not its CompositeImplicitAutograd kernel"
     )
+
+
+class _Rewritten(torch.nn.Module):
+    """The ops llama's call 1 decomposes: transpose, type_as to the same dtype (returns its
+    input, leaving the other operand's producer dead), unbind read by getitem, stack,
+    repeat_interleave."""
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        t = x.transpose(1, 2)
+        u = (t * 2).type_as(y + 1)
+        a, b = u.unbind(-1)
+        s = torch.stack([b, a], dim=-1)
+        return torch.repeat_interleave(s, 2, dim=1) + 1
+
+
+def test_rewritten_nodes_traced_alone_equal_stock_call() -> None:
+    """A re-trace output holding nodes the full default table decomposes (one kind each of
+    llama's call 1): the replay, which traces them alone and grafts what they became, equals
+    stock's call with that table (every meta key, names, signature), and drops the node that
+    only fed type_as's dtype operand as stock's trace does."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(1, 4, 3, 2), torch.randn(1, 3, 4, 2))
+    ep = torch.export.export(_Rewritten().eval(), inputs).run_decompositions({})
+    table = dict(_default_decomposition_table())
+    rewritten = {
+        str(n.target) for n in ep.graph.nodes if n.op == "call_function" and n.target in table
+    }
+    assert {"aten.transpose.int", "aten.type_as.default", "aten.unbind.int"} <= rewritten
+    assert decompositions.decline_reason(ep, table) is None
+    stock = ep.run_decompositions(dict(table))  # outside the edge stage: always stock's call
+    ours = decompositions.replay_program(ep, frozenset(), dict(table))
+    assert program_differences(stock, ours) == []
+    (y,) = ours.graph.find_nodes(op="placeholder", target="y")
+    assert not y.users, "y + 1, read only as type_as's dtype operand, was not dropped"
+
+
+def test_subtrace_declines_what_it_cannot_graft() -> None:
+    """A rewritten node is traced alone only if its value is a tensor or a list of tensors
+    read through getitem: a node whose value is not a tensor declines, naming the node."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    size = graph.call_function(torch.ops.aten.sym_size.int, (x, 0))
+    size.meta["val"] = 3
+    assert subtrace.decline_reason(size) == "sym_size_int: value not a tensor"
+    node = graph.call_function(torch.ops.aten.unbind.int, (x,))
+    node.meta["val"] = [torch.ones(1), torch.ones(1)]
+    graph.call_function(torch.ops.aten.stack.default, ([node],))
+    assert subtrace.decline_reason(node) == "unbind_int: a list value read other than by getitem"
+
+
+def test_llama_edge_stage_traces_rewritten_nodes_alone(active: None) -> None:
+    """llama1 INT, whose call 1 decomposes transpose, type_as, unbind, stack, repeat_interleave
+    and _to_dim_order_copy: the edge stage replays calls 1 (those nodes traced alone) and 2,
+    and its program equals stock's (every meta key; tensors by value). One untimed stock edge
+    stage runs first, as in the deepautoencoder test."""
+    model, inputs, mode = models.build("llama1")
+
+    def exported() -> ExportedProgram:
+        with switch.disabled():
+            return models.export_for_arm(model, inputs, mode)
+
+    _edge_stage(exported(), mode, accelerated=False)
+    stock = _edge_stage(exported(), mode, accelerated=False)
+    program = exported()
+    before = _accelerated()
+    ours = _edge_stage(program, mode, accelerated=True)
+    assert _accelerated() - before == 2, "calls 1 and 2 were not both replayed"
+    assert program_differences(stock, ours, separately_exported=True) == []
 
 
 def test_outside_the_edge_stage_is_stock(active: None) -> None:

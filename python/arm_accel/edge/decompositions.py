@@ -52,7 +52,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import collector, retrace_engine
-from arm_accel.edge import cia_ops, cia_override, param_meta, provenance
+from arm_accel.edge import cia_ops, cia_override, param_meta, provenance, subtrace
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -195,9 +195,18 @@ def _as_convolution(node: fx.Node) -> tuple[Any, tuple[Any, ...]]:
     )
 
 
-def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
+def _name_base(name: str) -> str:
+    """``name`` without fx's ``_N`` suffix."""
+    return name.rsplit("_", 1)[0] if name[-1:].isdigit() else name
+
+
+def decline_reason(
+    ep: ExportedProgram, table: dict[Any, Any], trace_rewritten: bool = True
+) -> str | None:
     """Why the re-trace of ``ep`` with ``table`` may change more than :func:`replay_program`
-    models, or None. Assumes the graph came out of a re-trace (canonical args, functional)."""
+    models, or None. Assumes the graph came out of a re-trace (canonical args, functional).
+    ``trace_rewritten``: the nodes the table decomposes may be traced alone
+    (:mod:`arm_accel.edge.subtrace`); else any of them declines (but conv2d, modelled)."""
     sig = ep.graph_signature
     if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
         return "mutations or backward signature"
@@ -237,16 +246,20 @@ def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
         name = str(target)
         if target.namespace not in NAMESPACES_MODELLED:
             return f"namespace {target.namespace} not modelled"
+        if target._schema.is_mutable:
+            return f"{name} is mutable"
         if target is torch.ops.aten.conv2d.default and target in table:
             conv2d = _conv2d_decline(node, table)
             if conv2d is not None:
                 return conv2d
             target = torch.ops.aten.convolution.default
         elif target in table:
-            return f"{name} in the decomposition table"
-        if target._schema.is_mutable:
-            return f"{name} is mutable"
-        if _is_cia(target) and not _preserved_cia(target):
+            if not trace_rewritten:
+                return f"{name} in the decomposition table"
+            alone = subtrace.decline_reason(node)
+            if alone is not None:
+                return alone
+        elif _is_cia(target) and not _preserved_cia(target):
             return f"{name} is CompositeImplicitAutograd"
         if not node.users and name not in KEPT_WITHOUT_USERS:
             return "dead node"
@@ -254,8 +267,7 @@ def decline_reason(ep: ExportedProgram, table: dict[Any, Any]) -> str | None:
             return "node meta without original_aten/from_node"
         bases.add(target.overloadpacket.__name__)
     for node in ep.graph.find_nodes(op="placeholder"):
-        base = node.name.rsplit("_", 1)[0] if node.name[-1:].isdigit() else node.name
-        if base in bases or node.name in bases:
+        if _name_base(node.name) in bases or node.name in bases:
             return f"placeholder {node.name} shares a name with an op"
         # export names placeholders directly; the replay's fx namespace renames builtins
         # (``input`` becomes ``input_1``)
@@ -342,16 +354,42 @@ def _run_as_traced(
         raise ValueError(f"{old.name}: value {got.shape} differs from the graph's")
 
 
+def _traced_meta(traced: fx.Node, source: fx.Node, seq_nr: int) -> dict[str, Any]:
+    """The meta of a node the small program's trace made (:mod:`.subtrace`), as the full
+    trace would have made it: its first provenance level names ``source`` (the rewritten
+    node's copy in ``ep.module()``), and it takes the full trace's sequence number."""
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    meta = dict(traced.meta)
+    if "from_node" in meta:
+        meta["from_node"] = [NodeSource(source, subtrace.TRACE_PASS_NAME, NodeSourceAction.CREATE)]
+    if "seq_nr" in meta:
+        meta["seq_nr"] = seq_nr
+    return meta
+
+
+def _drop_dead(graph: fx.Graph) -> None:
+    """Remove the nodes left without users (but impure ones), last first, as the trace's
+    dead-code elimination does: a rewritten node may no longer read what it read (``type_as``
+    of the same dtype returns its input)."""
+    for node in reversed(graph.nodes):
+        if node.op == "call_function" and not node.users and not node.is_impure():
+            graph.erase_node(node)
+
+
 def replay_program(
     ep: ExportedProgram,
     swapped: frozenset[str] = frozenset(),
     table: dict[Any, Any] | None = None,
+    stock: Any = None,
 ) -> ExportedProgram:
     """The program ``ep.run_decompositions(table)`` returns when :func:`decline_reason` is None,
     built without tracing: stock's own unlift (``ep.module()``) gives the first provenance
     level and the param/buffer metadata, the tracer's copy rules the rest. A ``conv2d`` the
     table holds becomes the ``convolution`` its kernel calls (:func:`_as_convolution`), run on
-    fake values as a swapped node is. ``swapped`` names
+    fake values as a swapped node is; the other nodes the table decomposes are traced alone
+    with ``stock`` (the unwrapped ``run_decompositions``, see :mod:`.subtrace`) and grafted in
+    their place. ``swapped`` names
     the nodes whose target changed since the trace that made ``ep``: only they run (on fake
     values, see :func:`_run_as_traced`); every other node would compute as last time."""
     from torch._export.utils import _collect_param_buffer_metadata
@@ -370,9 +408,45 @@ def replay_program(
     by_name = {n.name: n for n in mod.graph.nodes}
     seq_nr = torch.autograd._get_sequence_nr() - 1
     conv2d = torch.ops.aten.conv2d.default
+    rewritten = [
+        n
+        for n in ep.graph.nodes
+        if table is not None and n.op == "call_function" and n.target in table
+        if n.target is not conv2d
+    ]
+    traced = None
+    if rewritten:
+        traced = subtrace.trace_rewritten(ep, rewritten, table or {}, stock or _stock_method())
+        taken = {_name_base(n.name) for n in ep.graph.find_nodes(op="placeholder")}
+        taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
+        for made in traced.made.values():
+            for t in made:
+                if t.target is not operator.getitem and t.target.overloadpacket.__name__ in taken:
+                    raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
+    grafted: dict[fx.Node, fx.Node] = {}
+
+    def carried(value: fx.Node) -> fx.Node:
+        assert traced is not None
+        if value.op == "placeholder":
+            return env[traced.inputs[value]]
+        return grafted[value]
+
     for old in ep.graph.nodes:
+        if old in env:  # a getitem of a rewritten node: its value was grafted
+            continue
+        if traced is not None and old in traced.made:
+            for t in traced.made[old]:
+                name = None if t.target is operator.getitem else t.target.overloadpacket.__name__
+                args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
+                grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
+                grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
+            # what the rest of the graph reads: the node, or the getitems of its list
+            listed = isinstance(old.meta["val"], (list, tuple))
+            for reader in list(old.users) if listed else [old]:
+                env[reader] = carried(traced.values[reader])
+            continue
         if old.op == "placeholder":
             new = graph.placeholder(old.name)
             if old.name in targets:  # _populate_param_buffer_metadata_to_new_gm
@@ -397,6 +471,8 @@ def replay_program(
             new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
         env[old] = new
+    if rewritten:
+        _drop_dead(graph)
     out = graph.output_node()
     gm = fx.GraphModule(torch.nn.Module(), graph)
     _graph_ids[gm] = mod.graph
@@ -420,6 +496,12 @@ def replay_program(
         example_inputs=ep.example_inputs,
         constants=ep.constants,
     )
+
+
+def _stock_method() -> Any:
+    """The unwrapped ``ExportedProgram.run_decompositions`` (ours wraps it while installed)."""
+    method = _installed.get("method")
+    return method[0] if method else ExportedProgram.run_decompositions
 
 
 def _decompose(
@@ -463,7 +545,9 @@ def _decompose_sharing(
     failure: Exception | None = None
     if reason is None:
         try:
-            result = replay_program(ep, stage.swapped(ep), table)
+            result = replay_program(ep, stage.swapped(ep), table, stock)
+        except subtrace.Declined as exc:  # found only once the rewritten nodes were traced
+            reason = str(exc)
         except Exception as exc:  # never wrong: any surprise runs the stock call
             failure = exc
             reason = f"replay failed: {exc!r}"

@@ -1,0 +1,162 @@
+"""Trace only the nodes a decomposition call rewrites (issue 17).
+
+A ``run_decompositions`` call whose graph holds a few nodes the table decomposes (llama's call
+1: ``transpose``, ``type_as``, ``unbind``, ``stack``, ``repeat_interleave``,
+``_to_dim_order_copy``) re-traces every node to rewrite those few. Here the rewritten nodes are
+copied, with their meta, into a small program whose inputs are the values they read, and stock's
+own ``run_decompositions`` (the same table, the same fake mode, the same CIA override and mode
+stack) traces that program alone. What a node decomposes into depends on its target, its
+arguments, their fake values, the table and the current meta (which the tracer copies into the
+nodes it makes), and all of these are the same in the small program; the replay
+(:func:`arm_accel.edge.decompositions.replay_program`) then grafts the traced nodes where the
+rewritten node stood, with the full program's provenance and sequence number, and drops the
+nodes left without users as the trace's dead-code elimination does.
+
+:func:`trace_rewritten` returns, per rewritten node, the traced nodes made for it (in trace
+order) and what each value the rest of the graph reads (the node, or its ``getitem`` users for a
+list) became: a traced node or one of the small program's inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import fx
+from torch.export import ExportedProgram
+from torch.export.exported_program import ModuleCallEntry, ModuleCallSignature
+from torch.export.graph_signature import (
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    TensorArgument,
+)
+from torch.utils import _pytree as pytree
+
+#: The fx pass name every node the re-trace makes names in its first provenance level.
+TRACE_PASS_NAME = "Interpreter_PropagateUnbackedSymInts"
+
+
+class Declined(Exception):
+    """The traced nodes show the replay cannot model the call (not a fault: stock runs)."""
+
+
+@dataclass
+class SubTrace:
+    """What the small program's trace made. ``made[node]``: the traced nodes made for a rewritten
+    node, in trace order; ``values[node]``: what a rewritten node (or a ``getitem`` of one) the
+    rest of the graph reads became; ``inputs[placeholder]``: the full graph's node a traced
+    placeholder stands for."""
+
+    made: dict[fx.Node, list[fx.Node]]
+    values: dict[fx.Node, Any]
+    inputs: dict[fx.Node, fx.Node]
+
+
+def decline_reason(node: fx.Node) -> str | None:
+    """Why ``node`` (its target in the table) cannot be traced alone, or None: its value must be
+    a tensor, or a list/tuple of tensors read only through ``getitem``."""
+    value = node.meta.get("val")
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(v, torch.Tensor) for v in value):
+            return f"{node.name}: a non-tensor in its value"
+        if any(u.target is not operator.getitem for u in node.users):
+            return f"{node.name}: a list value read other than by getitem"
+        return None
+    if not isinstance(value, torch.Tensor):
+        return f"{node.name}: value not a tensor"
+    return None
+
+
+def _program(ep: ExportedProgram, rewritten: list[fx.Node]) -> tuple[ExportedProgram, list[Any]]:
+    """The small program: one input per value the rewritten nodes read from the rest of the
+    graph, copies of the rewritten nodes (and of their ``getitem`` users) with their meta, and
+    one output per value the rest of the graph reads. Returns it with, per input, the full
+    graph's node and, per output, the full graph's node it stands for."""
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    inputs: list[fx.Node] = []
+    outputs: list[fx.Node] = []
+    chosen = set(rewritten)
+    for node in rewritten:
+        if isinstance(node.meta["val"], (list, tuple)):
+            chosen.update(node.users)  # its getitems, copied with it
+    for node in rewritten:
+        for arg in node.all_input_nodes:
+            if arg not in chosen and arg not in env:
+                placeholder = graph.placeholder(f"input{len(inputs)}")
+                placeholder.meta = {"val": arg.meta["val"]}
+                env[arg] = placeholder
+                inputs.append(arg)
+    for node in rewritten:
+        env[node] = graph.node_copy(node, env.__getitem__)
+        env[node].meta = copy.copy(node.meta)
+        if isinstance(node.meta["val"], (list, tuple)):
+            for user in node.users:
+                env[user] = graph.node_copy(user, env.__getitem__)
+                env[user].meta = copy.copy(user.meta)
+                outputs.append(user)
+        else:
+            outputs.append(node)
+    graph.output(tuple(env[o] for o in outputs))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    signature = ExportGraphSignature(
+        input_specs=[
+            InputSpec(InputKind.USER_INPUT, TensorArgument(env[i].name), None) for i in inputs
+        ],
+        output_specs=[
+            OutputSpec(OutputKind.USER_OUTPUT, TensorArgument(env[o].name), None) for o in outputs
+        ],
+    )
+    in_spec = pytree.tree_flatten((tuple(i.meta["val"] for i in inputs), {}))[1]
+    out_spec = pytree.tree_flatten(tuple(o.meta["val"] for o in outputs))[1]
+    call = ModuleCallSignature(inputs=[], outputs=[], in_spec=in_spec, out_spec=out_spec)
+    program = ExportedProgram(
+        root=gm,
+        graph=gm.graph,
+        graph_signature=signature,
+        state_dict={},
+        range_constraints={},
+        module_call_graph=[ModuleCallEntry("", call)],
+        verifiers=ep.verifiers,
+    )
+    return program, [inputs, outputs, {env[n].name: n for n in rewritten}]
+
+
+def trace_rewritten(
+    ep: ExportedProgram,
+    rewritten: list[fx.Node],
+    table: dict[Any, Any],
+    stock: Callable[..., ExportedProgram],
+) -> SubTrace:
+    """Trace ``rewritten`` (nodes of ``ep`` whose targets ``table`` decomposes, in graph order)
+    alone with stock's ``run_decompositions`` (``stock``, unwrapped) and the same table."""
+    program, (inputs, outputs, by_name) = _program(ep, rewritten)
+    traced = stock(program, dict(table), False).graph
+    placeholders = traced.find_nodes(op="placeholder")
+    if len(placeholders) != len(inputs):
+        raise ValueError("the traced program's inputs are not the small program's")
+    input_of = dict(zip(placeholders, inputs, strict=True))
+    made: dict[fx.Node, list[fx.Node]] = {n: [] for n in rewritten}
+    for node in traced.nodes:
+        if node.op != "call_function":
+            continue
+        sources = node.meta.get("from_node") or []
+        source = by_name.get(sources[0].name) if sources else None
+        if source is None or sources[0].pass_name != TRACE_PASS_NAME:
+            raise ValueError(f"traced node {node.name} names no rewritten node")
+        made[source].append(node)
+    results = traced.output_node().args[0]
+    if len(results) != len(outputs):
+        raise ValueError("the traced program's outputs are not the small program's")
+    values = dict(zip(outputs, results, strict=True))
+    return SubTrace(made=made, values=values, inputs=input_of)
+
+
+__all__ = ["Declined", "SubTrace", "TRACE_PASS_NAME", "decline_reason", "trace_rewritten"]
