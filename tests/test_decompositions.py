@@ -323,6 +323,27 @@ def test_subtrace_declines_what_it_cannot_graft() -> None:
     assert subtrace.decline_reason(node) == "unbind_int: a list value read other than by getitem"
 
 
+class _Attention(torch.nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return out.transpose(1, 2).reshape(1, 8, 64)
+
+
+def test_rewritten_value_of_another_layout_declines() -> None:
+    """scaled_dot_product_attention traced alone with the full table comes out with other
+    strides than the value the graph holds (the FP llamas' call 1): the nodes reading it would
+    compute other values, so the replay declines (not a failure) and stock's call would run."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(1, 4, 8, 16) for _ in range(3))
+    ep = torch.export.export(_Attention().eval(), inputs).run_decompositions({})
+    table = dict(_default_decomposition_table())
+    assert decompositions.decline_reason(ep, table) is None
+    with pytest.raises(subtrace.Declined, match="layout differs"):
+        decompositions.replay_program(ep, frozenset(), table)
+
+
 def test_llama_edge_stage_traces_rewritten_nodes_alone(active: None) -> None:
     """llama1 INT, whose call 1 decomposes transpose, type_as, unbind, stack, repeat_interleave
     and _to_dim_order_copy: the edge stage replays calls 1 (those nodes traced alone) and 2,

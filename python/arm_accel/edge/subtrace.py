@@ -10,7 +10,9 @@ arguments, their fake values, the table and the current meta (which the tracer c
 nodes it makes), and all of these are the same in the small program; the replay
 (:func:`arm_accel.edge.decompositions.replay_program`) then grafts the traced nodes where the
 rewritten node stood, with the full program's provenance and sequence number, and drops the
-nodes left without users as the trace's dead-code elimination does.
+nodes left without users as the trace's dead-code elimination does. A value that comes out
+of the small trace with another layout (strides, offset) than the graph's would change what the
+nodes reading it compute: that declines (:class:`Declined`), and stock's call runs.
 
 :func:`trace_rewritten` returns, per rewritten node, the traced nodes made for it (in trace
 order) and what each value the rest of the graph reads (the node, or its ``getitem`` users for a
@@ -156,7 +158,16 @@ def trace_rewritten(
     if len(results) != len(outputs):
         raise ValueError("the traced program's outputs are not the small program's")
     values = dict(zip(outputs, results, strict=True))
+    for reader, value in values.items():
+        if _layout(value.meta["val"]) != _layout(reader.meta["val"]):
+            # the nodes reading it would compute other values (strides) than the graph holds
+            raise Declined(f"{reader.name}: its traced value's layout differs from the graph's")
     return SubTrace(made=made, values=values, inputs=input_of)
+
+
+def _layout(value: torch.Tensor) -> tuple[Any, ...]:
+    """What a later node's fake value depends on besides its own arguments."""
+    return (value.shape, value.dtype, value.stride(), value.storage_offset(), value.device)
 
 
 __all__ = ["Declined", "SubTrace", "TRACE_PASS_NAME", "decline_reason", "trace_rewritten"]
