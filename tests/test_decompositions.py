@@ -310,13 +310,18 @@ def test_rewritten_nodes_traced_alone_equal_stock_call() -> None:
 
 
 def test_subtrace_declines_what_it_cannot_graft() -> None:
-    """A rewritten node is traced alone only if its value is a tensor or a list of tensors
-    read through getitem: a node whose value is not a tensor declines, naming the node."""
+    """A rewritten node is traced alone only if it reads tensors and its value is a tensor or a
+    list of tensors read through getitem: a node whose value is not a tensor, one that reads a
+    non-tensor and one whose list is read otherwise decline, naming the node."""
     graph = fx.Graph()
     x = graph.placeholder("x")
+    x.meta["val"] = torch.ones(2)
     size = graph.call_function(torch.ops.aten.sym_size.int, (x, 0))
     size.meta["val"] = 3
     assert subtrace.decline_reason(size) == "sym_size_int: value not a tensor"
+    full = graph.call_function(torch.ops.aten.full.default, ([size], 1.0))
+    full.meta["val"] = torch.ones(3)
+    assert subtrace.decline_reason(full) == "full_default: reads sym_size_int, not a tensor"
     node = graph.call_function(torch.ops.aten.unbind.int, (x,))
     node.meta["val"] = [torch.ones(1), torch.ones(1)]
     graph.call_function(torch.ops.aten.stack.default, ([node],))

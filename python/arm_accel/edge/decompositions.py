@@ -1,13 +1,15 @@
-"""Skip the ``run_decompositions`` calls of the Arm edge stage that would return their input.
+"""Replay the ``run_decompositions`` calls of the Arm edge stage without re-tracing the program.
 
 ``_gen_edge_manager_for_partitioners`` (executorch/exir/program/_program.py) calls
 ``ExportedProgram.run_decompositions`` three times on the Arm path; each re-exports the whole
 program through ``make_fx`` with fake tensors. When a call's input is the output of the previous
 call of the same stage (edited only by ``_replace_aten_ops_with_transformed_ops``' target swaps),
-every target is a functional OpOverload that is not in the table and either not
-CompositeImplicitAutograd or one the re-trace preserves (aten's preservable set: the re-trace
-keeps every one its table lacks, computing its value by its decomposition, as the previous
-trace did on the same values), the re-trace replays each node as it is. What it still changes is
+every target is a functional OpOverload that is either not CompositeImplicitAutograd or one the
+re-trace preserves (aten's preservable set: the re-trace keeps every one its table lacks,
+computing its value by its decomposition, as the previous trace did on the same values), the
+re-trace replays each node the table lacks as it is, and rewrites the others: ``conv2d`` into
+the ``convolution`` its kernel calls (:func:`_as_convolution`), any other traced alone
+(:mod:`arm_accel.edge.subtrace`) and grafted in place. What the re-trace still changes is
 modelled here without tracing the program (:func:`replay_program`): names renumbered in graph
 order by fx's namespace, two provenance levels in ``from_node``, ``original_aten`` (the
 dispatched op) and ``eager_input_vals`` as the tracer records them, param/buffer placeholder meta
@@ -193,6 +195,12 @@ def _as_convolution(node: fx.Node) -> tuple[Any, tuple[Any, ...]]:
         [0, 0],
         groups,
     )
+
+
+def _op_name(target: Any) -> str | None:
+    """The name the tracer asks fx's namespace for a node of ``target`` (None: the target's
+    own, ``getitem``)."""
+    return None if target is operator.getitem else target.overloadpacket.__name__
 
 
 def _name_base(name: str) -> str:
@@ -421,7 +429,7 @@ def replay_program(
         taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
         for made in traced.made.values():
             for t in made:
-                if t.target is not operator.getitem and t.target.overloadpacket.__name__ in taken:
+                if _op_name(t.target) in taken:
                     raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -438,7 +446,7 @@ def replay_program(
             continue
         if traced is not None and old in traced.made:
             for t in traced.made[old]:
-                name = None if t.target is operator.getitem else t.target.overloadpacket.__name__
+                name = _op_name(t.target)
                 args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
                 grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
                 grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
@@ -459,7 +467,7 @@ def replay_program(
             if decomposed:
                 target, old_args = _as_convolution(old)
             # fx's namespace renumbers the names in graph order, as in the traced graph
-            name = None if target is operator.getitem else target.overloadpacket.__name__
+            name = _op_name(target)
             args = fx.map_arg(old_args, env.__getitem__)
             kwargs = fx.map_arg(old.kwargs, env.__getitem__)
             target = _dispatched(target)

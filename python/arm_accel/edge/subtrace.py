@@ -62,8 +62,12 @@ class SubTrace:
 
 
 def decline_reason(node: fx.Node) -> str | None:
-    """Why ``node`` (its target in the table) cannot be traced alone, or None: its value must be
-    a tensor, or a list/tuple of tensors read only through ``getitem``."""
+    """Why ``node`` (its target in the table) cannot be traced alone, or None: every value it
+    reads must be a tensor (they become the small program's inputs), and its own value a tensor
+    or a list/tuple of tensors read only through ``getitem``."""
+    for arg in node.all_input_nodes:
+        if not isinstance(arg.meta.get("val"), torch.Tensor):
+            return f"{node.name}: reads {arg.name}, not a tensor"
     value = node.meta.get("val")
     if isinstance(value, (list, tuple)):
         if not all(isinstance(v, torch.Tensor) for v in value):
