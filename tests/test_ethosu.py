@@ -49,6 +49,29 @@ def test_ethos_u55_stock_vs_accelerated_identical() -> None:
     assert fallbacks == 0
 
 
+def test_ethos_u55_llama_with_rewritten_nodes_identical() -> None:
+    """llama1 (quantized) for ethos-u55-128, stock then accelerated from copies of one exported
+    program: the edge stage's calls 1 (its transpose/type_as/unbind/... traced alone) and 2 are
+    replayed, and the Vela bytes of every delegate and the .pte bytes equal stock's."""
+    from arm_accel.edge import decompositions
+
+    target = "ethos-u55-128"
+    assert profiling.ensure_active(), "acceleration must be on for this test"
+    model, inputs, mode = models.build("llama1")
+    mode = models.target_mode(target, mode)
+    exported = models.export_for_arm(model, inputs, mode, target=target)
+    with arm_accel.disabled():
+        edge_s = models.lower(copy.deepcopy(exported), mode, target)
+    before = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
+    edge_a = models.lower(copy.deepcopy(exported), mode, target)
+    after = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
+    assert after - before == 2, "calls 1 and 2 of the edge stage were not both replayed"
+    vela_s, vela_a = models.tosa_bytes(edge_s), models.tosa_bytes(edge_a)
+    assert vela_s and all(len(b) > 0 for b in vela_s)
+    assert vela_s == vela_a
+    assert models.pte_bytes(edge_s) == models.pte_bytes(edge_a)
+
+
 def test_demo_ethos_u85(capsys: pytest.CaptureFixture[str]) -> None:
     """`arm-accel demo --target ethos-u85-256` on dscnnkws: exit 0 only when Vela bytes and the
     .pte are identical; the report names both, the accelerated call count (> 0) and a verdict
