@@ -4,7 +4,7 @@ call in the same process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -354,19 +354,9 @@ def test_llama_edge_stage_traces_rewritten_nodes_alone(active: None) -> None:
     and _to_dim_order_copy: the edge stage replays calls 1 (those nodes traced alone) and 2,
     and its program equals stock's (every meta key; tensors by value). One untimed stock edge
     stage runs first, as in the deepautoencoder test."""
-    model, inputs, mode = models.build("llama1")
-
-    def exported() -> ExportedProgram:
-        with switch.disabled():
-            return models.export_for_arm(model, inputs, mode)
-
-    _edge_stage(exported(), mode, accelerated=False)
-    stock = _edge_stage(exported(), mode, accelerated=False)
-    program = exported()
-    before = _accelerated()
-    ours = _edge_stage(program, mode, accelerated=True)
-    assert _accelerated() - before == 2, "calls 1 and 2 were not both replayed"
-    assert program_differences(stock, ours, separately_exported=True) == []
+    replayed, diffs = _edge_stages_compared("llama1")
+    assert replayed == 2, "calls 1 and 2 were not both replayed"
+    assert diffs == []
 
 
 def test_outside_the_edge_stage_is_stock(active: None) -> None:
@@ -483,6 +473,30 @@ def _edge_stage(program: ExportedProgram, mode: str, accelerated: bool) -> Expor
     return edge.exported_program()
 
 
+def _edge_stages_compared(
+    name: str, precondition: Callable[[ExportedProgram], bool] | None = None
+) -> tuple[int, list[str]]:
+    """The zoo model ``name``'s edge stage stock and accelerated, each on its own export made
+    right before it (as in the fuzz test: the seq_nr ranks the comparison normalises then order
+    alike), after one untimed stock stage (so that neither side is the process's first to meet
+    these ops and shapes: a relu kernel annotates ``custom`` only then, stock or not). Returns
+    the calls the accelerated stage replayed and the programs' differences; ``precondition``
+    must hold on the accelerated side's input."""
+    model, inputs, mode = models.build(name)
+
+    def exported() -> ExportedProgram:
+        with switch.disabled():
+            return models.export_for_arm(model, inputs, mode)
+
+    _edge_stage(exported(), mode, accelerated=False)
+    stock = _edge_stage(exported(), mode, accelerated=False)
+    program = exported()
+    assert precondition is None or precondition(program)
+    before = _accelerated()
+    ours = _edge_stage(program, mode, accelerated=True)
+    return _accelerated() - before, program_differences(stock, ours, separately_exported=True)
+
+
 @fm.fuzz_settings()
 @given(spec=fm.specs())
 def test_random_models_edge_stage_equals_stock(active: None, spec: fm.Spec) -> None:
@@ -515,22 +529,12 @@ def test_call_with_a_preserved_cia_op_is_replayed(active: None) -> None:
     (call 1's table lacks linear), and the program equals stock's. One untimed stock edge stage
     runs first, so that neither compared side is the process's first to meet these ops and
     shapes (a relu kernel annotates ``custom`` only then, stock or not)."""
-    model, inputs, mode = models.build("deepautoencoder")
-
-    def exported() -> ExportedProgram:
-        # each side's own export, right before its stage (as in the fuzz test: the seq_nr
-        # ranks the comparison normalises then order alike)
-        with switch.disabled():
-            return models.export_for_arm(model, inputs, mode)
-
-    _edge_stage(exported(), mode, accelerated=False)
-    stock = _edge_stage(exported(), mode, accelerated=False)
-    program = exported()
-    assert any(n.target is torch.ops.aten.linear.default for n in program.graph.nodes)
-    before = _accelerated()
-    ours = _edge_stage(program, mode, accelerated=True)
-    assert _accelerated() - before == 2, "calls 1 and 2 were not both replayed"
-    assert program_differences(stock, ours, separately_exported=True) == []
+    linear = torch.ops.aten.linear.default
+    replayed, diffs = _edge_stages_compared(
+        "deepautoencoder", lambda p: any(n.target is linear for n in p.graph.nodes)
+    )
+    assert replayed == 2, "calls 1 and 2 were not both replayed"
+    assert diffs == []
 
 
 def test_only_preservable_cia_ops_are_replayed() -> None:
