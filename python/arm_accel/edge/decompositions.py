@@ -302,12 +302,9 @@ def _replayed_meta(
     eager input values, value and tensor meta."""
     from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals, extract_val
     from torch.fx.proxy import _COPY_META_FIELDS
-    from torch.fx.traceback import NodeSource, NodeSourceAction
 
     current = dict(source.meta)
-    current["from_node"] = [
-        NodeSource(source, "Interpreter_PropagateUnbackedSymInts", NodeSourceAction.CREATE)
-    ]
+    current["from_node"] = subtrace.created_from(source)
     if isinstance(target, torch._ops.OpOverload):  # set_original_aten_op at dispatch
         current["original_aten"] = target
     meta: dict[str, Any] = {}
@@ -350,7 +347,7 @@ def _run_as_traced(
         expected.fake_mode,
         _compiling_state_context(),
         fx_traceback.preserve_node_meta(),
-        fx_traceback.set_current_meta(source, "Interpreter_PropagateUnbackedSymInts"),
+        fx_traceback.set_current_meta(source, subtrace.TRACE_PASS_NAME),
     ):
         got = target(*args, **kwargs)
     same = (got.shape, got.dtype, got.stride()) == (
@@ -366,11 +363,9 @@ def _traced_meta(traced: fx.Node, source: fx.Node, seq_nr: int) -> dict[str, Any
     """The meta of a node the small program's trace made (:mod:`.subtrace`), as the full
     trace would have made it: its first provenance level names ``source`` (the rewritten
     node's copy in ``ep.module()``), and it takes the full trace's sequence number."""
-    from torch.fx.traceback import NodeSource, NodeSourceAction
-
     meta = dict(traced.meta)
     if "from_node" in meta:
-        meta["from_node"] = [NodeSource(source, subtrace.TRACE_PASS_NAME, NodeSourceAction.CREATE)]
+        meta["from_node"] = subtrace.created_from(source)
     if "seq_nr" in meta:
         meta["seq_nr"] = seq_nr
     return meta
@@ -451,8 +446,7 @@ def replay_program(
                 grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
                 grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
             # what the rest of the graph reads: the node, or the getitems of its list
-            listed = isinstance(old.meta["val"], (list, tuple))
-            for reader in list(old.users) if listed else [old]:
+            for reader in list(old.users) if subtrace.listed(old) else [old]:
                 env[reader] = carried(traced.values[reader])
             continue
         if old.op == "placeholder":

@@ -45,6 +45,18 @@ from torch.utils import _pytree as pytree
 TRACE_PASS_NAME = "Interpreter_PropagateUnbackedSymInts"
 
 
+def created_from(source: fx.Node) -> list[Any]:
+    """The ``from_node`` the re-trace gives a node it makes while interpreting ``source``."""
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    return [NodeSource(source, TRACE_PASS_NAME, NodeSourceAction.CREATE)]
+
+
+def listed(node: fx.Node) -> bool:
+    """Whether ``node``'s value is a list/tuple (read through ``getitem`` users)."""
+    return isinstance(node.meta.get("val"), (list, tuple))
+
+
 class Declined(Exception):
     """The traced nodes show the replay cannot model the call (not a fault: stock runs)."""
 
@@ -80,18 +92,21 @@ def decline_reason(node: fx.Node) -> str | None:
     return None
 
 
-def _program(ep: ExportedProgram, rewritten: list[fx.Node]) -> tuple[ExportedProgram, list[Any]]:
+def _program(
+    ep: ExportedProgram, rewritten: list[fx.Node]
+) -> tuple[ExportedProgram, list[fx.Node], list[fx.Node], dict[str, fx.Node]]:
     """The small program: one input per value the rewritten nodes read from the rest of the
     graph, copies of the rewritten nodes (and of their ``getitem`` users) with their meta, and
     one output per value the rest of the graph reads. Returns it with, per input, the full
-    graph's node and, per output, the full graph's node it stands for."""
+    graph's node, per output, the full graph's node it stands for, and the rewritten nodes by
+    their copies' names."""
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     inputs: list[fx.Node] = []
     outputs: list[fx.Node] = []
     chosen = set(rewritten)
     for node in rewritten:
-        if isinstance(node.meta["val"], (list, tuple)):
+        if listed(node):
             chosen.update(node.users)  # its getitems, copied with it
     for node in rewritten:
         for arg in node.all_input_nodes:
@@ -103,7 +118,7 @@ def _program(ep: ExportedProgram, rewritten: list[fx.Node]) -> tuple[ExportedPro
     for node in rewritten:
         env[node] = graph.node_copy(node, env.__getitem__)
         env[node].meta = copy.copy(node.meta)
-        if isinstance(node.meta["val"], (list, tuple)):
+        if listed(node):
             for user in node.users:
                 env[user] = graph.node_copy(user, env.__getitem__)
                 env[user].meta = copy.copy(user.meta)
@@ -132,7 +147,7 @@ def _program(ep: ExportedProgram, rewritten: list[fx.Node]) -> tuple[ExportedPro
         module_call_graph=[ModuleCallEntry("", call)],
         verifiers=ep.verifiers,
     )
-    return program, [inputs, outputs, {env[n].name: n for n in rewritten}]
+    return program, inputs, outputs, {env[n].name: n for n in rewritten}
 
 
 def trace_rewritten(
@@ -143,7 +158,7 @@ def trace_rewritten(
 ) -> SubTrace:
     """Trace ``rewritten`` (nodes of ``ep`` whose targets ``table`` decomposes, in graph order)
     alone with stock's ``run_decompositions`` (``stock``, unwrapped) and the same table."""
-    program, (inputs, outputs, by_name) = _program(ep, rewritten)
+    program, inputs, outputs, by_name = _program(ep, rewritten)
     traced = stock(program, dict(table), False).graph
     placeholders = traced.find_nodes(op="placeholder")
     if len(placeholders) != len(inputs):
@@ -174,4 +189,12 @@ def _layout(value: torch.Tensor) -> tuple[Any, ...]:
     return (value.shape, value.dtype, value.stride(), value.storage_offset(), value.device)
 
 
-__all__ = ["Declined", "SubTrace", "TRACE_PASS_NAME", "decline_reason", "trace_rewritten"]
+__all__ = [
+    "Declined",
+    "SubTrace",
+    "TRACE_PASS_NAME",
+    "created_from",
+    "decline_reason",
+    "listed",
+    "trace_rewritten",
+]
