@@ -19,9 +19,8 @@ How to write an accelerated pass::
             ...
             return PassResult(graph_module, modified)
 
-and register it in ``arm_accel.passes.REGISTRY``::
-
-    REGISTRY["FooPass"] = "arm_accel.passes.foo:AcceleratedFooPass"
+and declare it as a ``ClassSwap`` row of the patch table's ``passes`` group
+(:mod:`arm_accel.patches.table`), with the stock sources it models.
 
 ``AcceleratedPass.call`` then:
 
