@@ -456,10 +456,14 @@ def test_apply_failure_restores_graph_and_runs_stock(clean_stats, caplog, lenien
     assert sum("apply failed" in r.getMessage() for r in caplog.records) <= 1
 
 
-def test_decline_runs_stock(clean_stats) -> None:
+def test_decline_runs_stock(clean_stats, caplog) -> None:
+    """A decline by design runs stock, counted with its reason, and logs no warning (an
+    expected decline is not news); a failure warns (``test_stats_api``)."""
     gm = torch.fx.symbolic_trace(_Model())
-    assert AccelDecline().call(gm)["stock"] is True
+    with caplog.at_level(logging.WARNING, logger="arm_accel"):
+        assert AccelDecline().call(gm)["stock"] is True
     assert arm_accel.stats()["FakeStock"].fallbacks == {"symbolic shapes": 1}
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_journal_commit_rejects_erasing_used_node() -> None:

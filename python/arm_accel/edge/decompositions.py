@@ -553,7 +553,10 @@ def _decompose_sharing(
         else:
             counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return result
-    counters.record_fallback(STATS_NAME, reason)
+    if failure is None:  # a decline by design: counted, not logged as a warning
+        counters.record_decline(STATS_NAME, reason)
+    else:
+        counters.record_fallback(STATS_NAME, reason)
     result = stock(ep, table, triton)
     if failure is not None and switch.strict():
         # stock succeeded where the replay failed: a fault of ours, not of the program

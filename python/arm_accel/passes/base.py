@@ -396,7 +396,10 @@ class AcceleratedPass:
             else:
                 counters.record_call(name, time.perf_counter() - t0, True, self._accel_retraces)
                 return result
-        counters.record_fallback(name, reason)
+        if reason.startswith(("plan failed", "apply failed")):
+            counters.record_fallback(name, reason)
+        else:  # a decline by design: counted, not logged as a warning
+            counters.record_decline(name, reason)
         try:
             return self.stock_call(graph_module)
         finally:
