@@ -357,8 +357,6 @@ def deactivate() -> None:
     from arm_accel import retrace_engine
 
     with _lock:
-        retrace_engine.uninstall()
-        _state["retrace_engine"] = "not installed"
         while _journal:
             d, attr, stock, new = _journal.pop()
             if d.get(attr) is new:
@@ -367,6 +365,9 @@ def deactivate() -> None:
         from arm_accel.edge import decompositions as edge_decompositions
 
         edge_decompositions.uninstall()
+        # after the edge stage's parts, installed after it: both wrap ``NodeSource.__init__``
+        retrace_engine.uninstall()
+        _state["retrace_engine"] = "not installed"
         from arm_accel import collector
 
         collector.uninstall()

@@ -25,7 +25,7 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel import collector, counters, switch
-from arm_accel.retrace_engine import codegen, deferred, stack_entry
+from arm_accel.retrace_engine import codegen, deferred, identity, stack_entry
 from arm_accel.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -326,6 +326,7 @@ def install() -> None:
     """Route the re-traces and recompiles of the Arm pipeline through the engine (idempotent)."""
     if _installed:
         return
+    identity.install()  # before any replacement: raises when NodeSource is not the one read
     for key, owner, attr, replacement in _targets():
         _installed[key] = getattr(owner, attr)
         setattr(owner, attr, replacement)
@@ -337,3 +338,4 @@ def uninstall() -> None:
         return
     for key, owner, attr, _ in _targets():
         setattr(owner, attr, _installed.pop(key))
+    identity.uninstall()
