@@ -6,8 +6,9 @@ graph it read, and records made later from the new graph's nodes name another. T
 re-trace and the propagation passes' modelled re-traces keep one graph object, so each of them
 gives the graph a new *identity* when it ends (:func:`renew`): an empty ``fx.Graph`` standing in
 for the graph stock's re-trace would have built. Every record made from the graph's nodes names
-its current identity (:func:`graph_id`, read by the ``NodeSource`` constructor of
-:mod:`arm_accel.edge.provenance`), so which records name one graph is stock's.
+its current identity (:func:`graph_id`: ``NodeSource.__init__`` wrapped by :func:`install`, and
+the sharing constructor of :mod:`arm_accel.edge.provenance`), so records fall into graphs as
+stock's do (design.md, the in-place re-trace).
 
 The stand-ins live as long as their graph, so their ids stay distinct from one another and from
 every live object's; ``Graph.__deepcopy__`` does not copy them (a copy is a graph of its own).
@@ -16,6 +17,7 @@ every live object's; ``Graph.__deepcopy__`` does not copy them (a copy is a grap
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from typing import Any
 
@@ -72,7 +74,7 @@ def install() -> None:
         if _installed:
             return
         stock = fx_traceback.NodeSource.__init__
-        if source_digest(stock) != NODE_SOURCE_DIGEST:
+        if source_digest(inspect.unwrap(stock)) != NODE_SOURCE_DIGEST:
             raise ImportError("NodeSource.__init__ is not the source read")
 
         @functools.wraps(stock)
