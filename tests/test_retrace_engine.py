@@ -327,6 +327,20 @@ def test_a_rolled_back_transaction_restores_the_graphs_identity(
     assert identity.graph_id(gm.graph) == before == id(gm.graph)
 
 
+def test_identity_is_pinned_to_the_node_source_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``NodeSource.__init__`` is wrapped only when its source is the one read: another one
+    raises ImportError (the engine then stays stock) and leaves the constructor as it was."""
+    from arm_accel.retrace_engine import identity
+    from torch.fx.traceback import NodeSource
+
+    monkeypatch.setattr(identity, "_installed", {})
+    monkeypatch.setattr(identity, "NODE_SOURCE_DIGEST", "0" * 16)
+    before = NodeSource.__init__
+    with pytest.raises(ImportError, match="NodeSource"):
+        identity.install()
+    assert NodeSource.__init__ is before
+
+
 def test_no_op_keeps_every_node_and_reuses_values(edge_graph: fx.GraphModule) -> None:
     """A re-trace that changes nothing after one that left the graph: no node rebuilt, no value
     dispatched, and still identical to stock's re-trace."""
