@@ -278,9 +278,17 @@ def compare(names: list[str], edge_only: bool = False, repeat: int = 1) -> None:
     mobilenetv1025, does so for whichever side lowers first, stock or not). Each side lowers its
     own export of the model (stock lowering mutates an FP llama's exported program, so one
     program cannot be lowered twice). ``edge_only``: stop after the edge stage (no TOSA; for models
-    whose whole lowering takes too long on a shared machine)."""
-    import arm_accel
+    whose whole lowering takes too long on a shared machine). Both sides run inside
+    ``tracking_graphs`` (provenance graphs are compared up to renaming, by graph object)."""
     import executorch.backends.arm._passes  # noqa: F401  (triggers the activation)
+    from arm_accel.testing import tracking_graphs
+
+    with tracking_graphs():
+        _compare(names, edge_only, repeat)
+
+
+def _compare(names: list[str], edge_only: bool, repeat: int) -> None:
+    import arm_accel
     from arm_accel.devtools.program_compare import program_differences
     from arm_accel.edge.decompositions import STATS_NAME
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -11,7 +12,7 @@ import pytest
 # mispredicted value) raises instead of falling back silently. Tests that provoke a fallback on
 # purpose turn it off for themselves (the ``lenient`` fixture).
 os.environ.setdefault("ARM_ACCEL_STRICT", "1")
-from arm_accel import _native, models
+from arm_accel import _native, models, testing
 from arm_accel.devtools import capture
 
 if os.environ.get("ARM_ACCEL_REQUIRE_TESTING") == "1" and not _native.TESTING:
@@ -35,6 +36,15 @@ def captured_lowering(name: str) -> tuple[list[capture.Captured], list[bytes]]:
     with capture.capture() as records:
         edge = models.lower(exported, mode)
     return records, models.tosa_bytes(edge)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def graphs_tracked() -> Iterator[None]:
+    """Provenance records made in the session remember which graph object they name
+    (``testing.tracking_graphs``): the contract compares graph ids up to renaming, and an id is
+    an address, given to another graph once its graph is freed."""
+    with testing.tracking_graphs():
+        yield
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arm_accel import models, switch
-from arm_accel.testing import assert_graphs_identical
+from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from torch import fx
 
 #: (pass name, graph after it, modified, users order and find_nodes index order after it)
@@ -72,7 +72,7 @@ def record_passes() -> Iterator[list[PassRecord]]:
 def lower(exported: Any, mode: str, accelerated: bool) -> Lowering:
     """``models.lower`` of a deep copy of ``exported``, with acceleration on or off."""
     program = copy.deepcopy(exported)
-    with record_passes() as records:
+    with tracking_graphs(), record_passes() as records:
         if accelerated:
             edge = models.lower(program, mode)
         else:
@@ -85,14 +85,17 @@ def assert_passes_identical(
     stock: list[PassRecord], accelerated: list[PassRecord], where: str = ""
 ) -> None:
     """Same passes in the same order, each with the same ``modified``, an identical graph after
-    it (``assert_graphs_identical``) and the same users and find_nodes index orders."""
+    it (``assert_graphs_identical``, provenance graphs numbered over the whole lowering: a
+    record names the same graph as another, in any pass, exactly when stock's does) and the
+    same users and find_nodes index orders."""
     assert [p[0] for p in stock] == [p[0] for p in accelerated], f"{where}pass lists differ"
+    labels = (GraphLabels(), GraphLabels())
     for (name, expected, modified, order), (_, actual, modified_ours, order_ours) in zip(
         stock, accelerated, strict=True
     ):
         assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
         try:
-            assert_graphs_identical(expected, actual)
+            assert_graphs_identical(expected, actual, labels)
         except AssertionError as exc:
             raise AssertionError(f"{where}after {name}: {exc}") from None
         (users, index), (users_ours, index_ours) = order, order_ours

@@ -13,7 +13,7 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 from arm_accel import patches
-from arm_accel.patches import check, sources, table
+from arm_accel.patches import check, installer, sources, table
 from arm_accel.patches.model import ClassSwap, Group, Patch, Pin
 
 ALL_PINS = [
@@ -66,7 +66,11 @@ def test_uninstall_puts_every_stock_object_back(reinstalled: None) -> None:
     pkg = sys.modules["executorch.backends.arm._passes"]
     swaps = [r for r in table.group("passes").rows if isinstance(r, ClassSwap)]
     patches.uninstall()
-    assert [r.name for r in rows if _current(r) is not originals[r.name]] == []
+    # where rows stack on one attribute (NodeSource.__init__), stock is the first one's original
+    first = {}
+    for r in rows:
+        first.setdefault(r.target, originals[r.name])
+    assert [r.name for r in rows if _current(r) is not first[r.target]] == []
     assert [r.name for r in swaps if hasattr(getattr(pkg, r.name), "_arm_accel_impl")] == []
     patches.install()
     assert [r.name for r in rows if _current(r) is originals[r.name]] == []
@@ -94,7 +98,7 @@ def test_a_changed_source_keeps_its_group_stock(
     index = next(i for i, r in enumerate(group.rows) if r.models)
     real = group.rows[index].models[0]
     fake = Pin(real.ref, {"0.0.0": "0" * 16})
-    originals = {r.name: patches.original(r.name) for r in group.rows if isinstance(r, Patch)}
+    ours = {a.ours for a in installer._journal if a.row in {r.name for r in group.rows}}
     patches.uninstall((name,))
     monkeypatch.setattr(
         table,
@@ -106,7 +110,28 @@ def test_a_changed_source_keeps_its_group_stock(
     assert not any(s.installed for s in states.values())
     changed = states[group.rows[index].name].reason
     assert real.ref in changed and "source changed" in changed, changed
-    assert all(_current(r) is originals[r.name] for r in group.rows if isinstance(r, Patch))
+    chains = [_chain(_current(r)) for r in group.rows if isinstance(r, Patch)]
+    assert ours and not any(ours & set(chain) for chain in chains)
+
+
+def _chain(fn: Any) -> list[Any]:
+    """``fn`` and every function it wraps (``__wrapped__``), outermost first."""
+    found = [fn]
+    while hasattr(found[-1], "__wrapped__"):
+        found.append(found[-1].__wrapped__)
+    return found
+
+
+def test_uninstalling_a_group_under_another_keeps_the_other(reinstalled: None) -> None:
+    """Two rows wrap ``NodeSource.__init__`` (the engine's graph identity, then the edge
+    stage's shared provenance): uninstalling the engine alone takes its wrapper out of the
+    chain and leaves the edge stage's installed on the stock constructor."""
+    from torch.fx.traceback import NodeSource
+
+    stock = patches.original("retrace_engine.identity")
+    patches.uninstall(("retrace_engine",))
+    assert _chain(NodeSource.__init__)[1:] == [stock]
+    assert patches.installed("edge.provenance") and patches.original("edge.provenance") is stock
 
 
 def test_torch_gate_keeps_a_group_stock(monkeypatch: pytest.MonkeyPatch, reinstalled: None) -> None:

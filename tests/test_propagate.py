@@ -220,12 +220,14 @@ class _PermuteRelu(torch.nn.Module):
 
 def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
     """After an edit that creates a node and erases the one it replaces, a virtual re-trace
-    gives every node the name and ``from_node`` a real ``ExportPass`` re-trace gives, and leaves
-    the same name space: a node created afterwards gets the same name in both."""
+    gives every node the name and ``from_node`` a real ``ExportPass`` re-trace gives (records
+    naming the same graphs), leaves the same name space (a node created afterwards gets the
+    same name in both) and, as the real one's new graph, a new identity to the graph."""
     from arm_accel.passes.propagate.retrace import VirtualRetracer
-    from arm_accel.testing import meta_signature
+    from arm_accel.testing import GraphLabels, meta_signature, source_signature
     from executorch.exir.dialects._ops import ops as exir_ops
     from executorch.exir.pass_base import ExportPass
+    from torch.fx.traceback import NodeSource
 
     permute = exir_ops.edge.aten.permute_copy.default
 
@@ -246,11 +248,17 @@ def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
     assert any(n.name.endswith("_1") for n in virtual.graph.nodes)
     VirtualRetracer(virtual).apply(prologue=False, arm_pass=False)
     pairs = list(zip(real.graph.nodes, virtual.graph.nodes, strict=True))
+    la, lb = GraphLabels(), GraphLabels()  # the records of both graphs name the same graphs
     for a, b in pairs:
         assert a.name == b.name
-        assert meta_signature(a.meta.get("from_node")) == meta_signature(b.meta.get("from_node"))
+        assert meta_signature(a.meta.get("from_node"), la) == meta_signature(
+            b.meta.get("from_node"), lb
+        )
     new = next(b for _, b in pairs if b.target == permute)
     assert "from_node" in new.meta, "the new node's provenance is the virtual re-trace's"
+    # a record made now names the re-trace's new graph, not the one it read
+    later = [NodeSource(n, "later") for n in pairs[0]]
+    assert source_signature(later[0], la) == source_signature(later[1], lb)
     names = []
     for gm in (real, virtual):
         x = next(n for n in gm.graph.nodes if n.op == "placeholder")

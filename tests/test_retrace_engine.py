@@ -279,6 +279,74 @@ def test_in_place_equals_stock(pass_cls: type, edge_graph: fx.GraphModule) -> No
     compare(pass_cls, edge_graph)
 
 
+def _relu_negated(gm: fx.GraphModule) -> fx.GraphModule:
+    """``gm`` with its relu feeding a new ``neg`` (made as a pass's graph edit makes a node:
+    no provenance of its own) that replaces it everywhere else."""
+    relu = next(n for n in gm.graph.nodes if n.target == RELU and n.users)
+    with gm.graph.inserting_after(relu):
+        neg = gm.graph.call_function(NEG, (relu,))
+    neg.meta["val"] = relu.meta["val"]
+    relu.replace_all_uses_with(neg, delete_user_cb=lambda user: user is not neg)
+    gm.recompile()
+    return gm
+
+
+def test_records_name_the_graphs_stocks_name(edge_graph: fx.GraphModule) -> None:
+    """Two re-traces in a row, each after a graph edit that made a node without provenance:
+    stock's re-traces build a new graph each, so the records the first gives its new node and
+    the second gives its own name two graphs, and a record made afterwards a third. In place
+    the graph object stays; its identity changes as stock's graph does, so with labels shared
+    over the lowering the records fall into the same graphs. Without it, all would name one."""
+    from arm_accel.testing import GraphLabels, source_signature
+    from torch.fx.traceback import NodeSource
+
+    results = []
+    counters.reset()
+    for retrace in (stock_retrace, engine_retrace):
+        gm = retrace(Identity(), _relu_negated(copy.deepcopy(edge_graph))).graph_module
+        gm = retrace(Identity(), _relu_negated(gm)).graph_module
+        results.append(gm)
+    assert in_place_runs(Identity) == (2, {})
+    labels = (GraphLabels(), GraphLabels())
+    assert_graphs_identical(results[0], results[1], labels)
+    negs = [[n for n in gm.graph.nodes if n.target == NEG] for gm in results]
+    later = [NodeSource(nodes[0], "later") for nodes in negs]
+    assert source_signature(later[0], labels[0]) == source_signature(later[1], labels[1])
+    graphs = {labels[0](n.meta["from_node"][0]) for n in negs[0]} | {labels[0](later[0])}
+    assert len(graphs) == 3, "stock's records name three graphs"
+
+
+def test_a_rolled_back_transaction_restores_the_graphs_identity(
+    edge_graph: fx.GraphModule,
+) -> None:
+    """A transaction renewed the graph's identity (a re-trace inside it) and rolled back: the
+    graph is the one it was, and records made from it name what they named before."""
+    from arm_accel.passes.base import GraphJournal
+    from arm_accel.retrace_engine import identity
+
+    gm = copy.deepcopy(edge_graph)
+    before = identity.graph_id(gm.graph)
+    journal = GraphJournal(gm)
+    journal.checkpoint()
+    identity.renew(gm.graph)
+    assert identity.graph_id(gm.graph) != before
+    journal.rollback()
+    assert identity.graph_id(gm.graph) == before == id(gm.graph)
+
+
+def test_identity_is_pinned_to_the_node_source_read() -> None:
+    """The identity row models ``NodeSource.__init__``'s source: its pin holds on the
+    constructor as installed (wrapped: ``getsource`` reads through the wrappers), so the row is
+    installed with the engine; a changed source keeps the group stock (``test_patches``)."""
+    from arm_accel import patches
+    from arm_accel.patches import sources
+
+    row = next(r for r in table.group("retrace_engine").rows if r.name.endswith(".identity"))
+    assert [p.ref for p in row.models] == ["torch.fx.traceback:NodeSource.__init__"]
+    assert sources.live_failure(row.models[0]) is None
+    assert patches.installed("retrace_engine")
+
+
 def test_no_op_keeps_every_node_and_reuses_values(edge_graph: fx.GraphModule) -> None:
     """A re-trace that changes nothing after one that left the graph: no node rebuilt, no value
     dispatched, and still identical to stock's re-trace."""

@@ -98,3 +98,55 @@ def test_one_difference(
         else:
             with pytest.raises(AssertionError):
                 check(a, b)
+
+
+def _sources() -> list[fx.Node]:
+    """A node of each of three graphs."""
+    return [fx.Graph().placeholder("p") for _ in range(3)]
+
+
+def _with_provenance(first: fx.Node, second: fx.Node) -> fx.GraphModule:
+    """``_graph()`` whose relu and sum records are made from ``first``, reshape's from
+    ``second``."""
+    from torch.fx.traceback import NodeSource, NodeSourceAction
+
+    gm = _graph()
+    for name, source in (("relu", first), ("reshape", second), ("sum_1", first)):
+        _node(gm, name).meta["from_node"] = [NodeSource(source, "p", NodeSourceAction.CREATE)]
+    return gm
+
+
+def test_provenance_graphs_compare_up_to_renaming() -> None:
+    """Records naming other graphs in the same pattern are identical; records naming one graph
+    where the other side's name two are not; labels shared by two comparisons (one lowering)
+    hold each side's graphs to one renaming across both."""
+    from arm_accel.testing import GraphLabels
+
+    s = _sources()
+    assert_graphs_identical(_with_provenance(s[0], s[1]), _with_provenance(s[1], s[2]))
+    with pytest.raises(AssertionError, match="from_node"):
+        assert_graphs_identical(_with_provenance(s[0], s[1]), _with_provenance(s[0], s[0]))
+    labels = (GraphLabels(), GraphLabels())
+    assert_graphs_identical(_with_provenance(s[0], s[1]), _with_provenance(s[1], s[2]), labels)
+    assert_graphs_identical(_with_provenance(s[1], s[0]), _with_provenance(s[2], s[1]), labels)
+    with pytest.raises(AssertionError, match="from_node"):
+        assert_graphs_identical(_with_provenance(s[1], s[0]), _with_provenance(s[1], s[2]), labels)
+
+
+def test_a_graph_at_a_freed_graphs_address_is_another_graph() -> None:
+    """A ``graph_id`` is an address, which a later graph takes once the first is freed: with
+    the session's ``tracking_graphs`` the records of the two are told apart by the graph's
+    number; by ``graph_id`` alone they would name one graph."""
+    s = _sources()
+    a = _with_provenance(s[0], s[1])
+    b = _with_provenance(s[0], s[1])
+    reused = _node(b, "reshape").meta["from_node"][0].node_info
+    reused.graph_id = id(s[0].graph)  # s[1]'s graph where s[0]'s was
+    assert reused.graph_serial is not None
+    assert_graphs_identical(a, b)
+    for gm in (a, b):
+        for node in gm.graph.nodes:
+            for record in node.meta.get("from_node", []):
+                del record.node_info.graph_serial  # as if made outside tracking_graphs
+    with pytest.raises(AssertionError, match="from_node"):
+        assert_graphs_identical(a, b)

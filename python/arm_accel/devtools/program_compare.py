@@ -2,9 +2,10 @@
 
 Stock itself is only reproducible up to object identity in a few places, so those are compared
 by value: ``from_node`` provenance as the equality contract compares it
-(:func:`arm_accel.testing.source_signature`: without its ``graph_id`` s, addresses of
-transient graphs; renumbering them in order of first appearance was not enough, as an address
-is reused once its graph is freed, which happens at different times in two lowerings),
+(:func:`arm_accel.testing.source_signature`: its graphs numbered in order of first appearance
+over the whole program, one numbering per side; ``graph_id`` s are addresses, reused once a
+graph is freed, so compare programs lowered inside :func:`arm_accel.testing.tracking_graphs`,
+which tells a graph from a later one at its address),
 ``original_aten`` (the tracer stores a ``copy.copy`` of the op, never the op itself) by name
 and type, fake tensors by shape, dtype, strides, storage offset, device and requires_grad;
 ``seq_nr`` (the process-wide autograd sequence counter when the node was traced, so two stock
@@ -20,12 +21,12 @@ import torch
 from torch import fx
 from torch.export import ExportedProgram
 
-from arm_accel.testing import source_signature
+from arm_accel.testing import GraphLabels, source_signature
 
 _EVAL_KEY = re.compile(r"<eval_with_key>\.\d+")
 
 
-def _value(v: Any, index: dict[fx.Node, int]) -> Any:
+def _value(v: Any, index: dict[fx.Node, int], labels: GraphLabels) -> Any:
     from torch.fx.traceback import NodeSource
 
     if isinstance(v, torch.Tensor):
@@ -40,15 +41,15 @@ def _value(v: Any, index: dict[fx.Node, int]) -> Any:
             v.requires_grad,
         )
     if isinstance(v, NodeSource):
-        return ("source", source_signature(v.to_dict()))
+        return ("source", source_signature(v, labels))
     if isinstance(v, torch._ops.OpOverload):
         return ("op", str(v), type(v).__name__)
     if isinstance(v, fx.Node):  # a node of another graph (e.g. in source_fn_stack) by name
         return ("node", index[v]) if v in index else ("foreign node", v.name, str(v.target))
     if isinstance(v, (list, tuple)):
-        return (type(v).__name__, tuple(_value(x, index) for x in v))
+        return (type(v).__name__, tuple(_value(x, index, labels) for x in v))
     if isinstance(v, dict):
-        return ("dict", tuple((k, _value(x, index)) for k, x in v.items()))
+        return ("dict", tuple((k, _value(x, index, labels)) for k, x in v.items()))
     return v
 
 
@@ -65,9 +66,14 @@ def _seq_nr_ranks(nodes: list[fx.Node]) -> dict[Any, int]:
 
 
 def graph_differences(
-    a: fx.GraphModule, b: fx.GraphModule, separately_exported: bool = False
+    a: fx.GraphModule,
+    b: fx.GraphModule,
+    separately_exported: bool = False,
+    labels: tuple[GraphLabels, GraphLabels] | None = None,
 ) -> list[str]:
-    """Every difference between two graphs, node by node and meta key by meta key."""
+    """Every difference between two graphs, node by node and meta key by meta key (provenance
+    graphs by ``labels``, one per side; default: numbered within these two graphs)."""
+    la, lb = labels if labels is not None else (GraphLabels(), GraphLabels())
     out: list[str] = []
     na, nb = list(a.graph.nodes), list(b.graph.nodes)
     if len(na) != len(nb):
@@ -79,9 +85,9 @@ def graph_differences(
         where = f"node {ia[x]} {x.name}/{y.name}"
         if (x.name, x.op, x.target) != (y.name, y.op, y.target):
             out.append(f"{where}: name/op/target {x.op} {x.target} != {y.op} {y.target}")
-        if not _eq(_value(x.args, ia), _value(y.args, ib)):
+        if not _eq(_value(x.args, ia, la), _value(y.args, ib, lb)):
             out.append(f"{where}: args {x.args} != {y.args}")
-        if not _eq(_value(x.kwargs, ia), _value(y.kwargs, ib)):
+        if not _eq(_value(x.kwargs, ia, la), _value(y.kwargs, ib, lb)):
             out.append(f"{where}: kwargs {x.kwargs} != {y.kwargs}")
         if list(x.meta) != list(y.meta):
             out.append(f"{where}: meta keys {list(x.meta)} != {list(y.meta)}")
@@ -91,7 +97,7 @@ def graph_differences(
             elif key == "stack_trace" and separately_exported:
                 vx, vy = (_EVAL_KEY.sub("<eval_with_key>", str(m.meta[key])) for m in (x, y))
             else:
-                vx, vy = _value(x.meta[key], ia), _value(y.meta[key], ib)
+                vx, vy = _value(x.meta[key], ia, la), _value(y.meta[key], ib, lb)
             if not _eq(vx, vy):
                 out.append(f"{where}: meta[{key!r}] {str(vx)[:300]} != {str(vy)[:300]}")
     return out
@@ -136,7 +142,7 @@ def program_differences(
     if a.module_call_graph != b.module_call_graph:
         out.append("module call graph differs")
     if a.example_inputs is not b.example_inputs and not _eq(
-        _value(a.example_inputs, {}), _value(b.example_inputs, {})
+        _value(a.example_inputs, {}, GraphLabels()), _value(b.example_inputs, {}, GraphLabels())
     ):
         out.append("example inputs differ")
     ma, mb = a.graph_module.meta, b.graph_module.meta

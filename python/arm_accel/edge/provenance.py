@@ -21,6 +21,7 @@ from typing import Any
 
 from torch.fx import traceback as fx_traceback
 
+from arm_accel.retrace_engine import identity
 from arm_accel.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
@@ -53,7 +54,7 @@ def sharing_init(stock: Any) -> Any:
         # stock's own constructor for everything but the chain: no node, then node_info
         stock(self, None, pass_name, action)
         self.node_info = self.NodeInfo(
-            name=node.name, target=str(node.target), graph_id=id(node.graph)
+            name=node.name, target=str(node.target), graph_id=identity.graph_id(node.graph)
         )
         self.from_node = chain
 

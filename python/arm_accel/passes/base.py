@@ -54,6 +54,7 @@ from typing import Any, ClassVar
 import torch.fx
 
 from arm_accel import counters, switch
+from arm_accel.retrace_engine import identity
 
 logger = logging.getLogger("arm_accel")
 
@@ -91,6 +92,7 @@ class GraphJournal:
         self._to_erase: list[torch.fx.Node] = []
         self._namespace: tuple[Any, ...] | None = None
         self._checkpoint: list[tuple[Any, ...]] | None = None
+        self._identity = 0  # the graph's renewals at the checkpoint
         self.done = False
 
     # -- node creation ---------------------------------------------------------------------
@@ -212,6 +214,7 @@ class GraphJournal:
             (n, n.name, n.args, n.kwargs, n.meta, dict(n.meta), list(n.users), n.op, n.target)
             for n in self.graph.nodes
         ]
+        self._identity = identity.mark(self.graph)
 
     def _restore_checkpoint(self, saved: list[tuple[Any, ...]]) -> None:
         graph = self.graph
@@ -245,6 +248,7 @@ class GraphJournal:
             if list(node.users) != users:
                 node.users.clear()
                 node.users.update(dict.fromkeys(users))
+        identity.restore(graph, self._identity)  # re-traces since made no new graph after all
         self.graph_module.recompile()
 
     # -- outcome ---------------------------------------------------------------------------

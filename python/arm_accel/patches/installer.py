@@ -156,10 +156,18 @@ def _mark(group: Group, reason: str) -> None:
 
 def _undo(selected: Any) -> None:
     """Put back every replacement ``selected`` accepts, newest first, where ours is still in
-    place."""
+    place. A replacement another row made later of the same attribute (its wrapper wraps ours)
+    is undone first and made again afterwards, on the attribute as it then is."""
+    oldest: dict[tuple[int, str], int] = {}
+    for index, applied in enumerate(_journal):
+        if selected(applied):
+            oldest.setdefault((id(applied.owner), applied.attribute), index)
     kept: list[_Applied] = []
-    for applied in reversed(_journal):
-        if not selected(applied):
+    redo: list[str] = []
+    for index in reversed(range(len(_journal))):
+        applied = _journal[index]
+        stacked = index > oldest.get((id(applied.owner), applied.attribute), index)
+        if not selected(applied) and not stacked:
             kept.append(applied)
             continue
         if vars(applied.owner).get(applied.attribute) is applied.ours:
@@ -168,7 +176,14 @@ def _undo(selected: Any) -> None:
             else:
                 delattr(applied.owner, applied.attribute)
         _originals.pop(applied.row, None)
+        if not selected(applied):
+            redo.append(applied.row)
     _journal[:] = reversed(kept)
+    rows = {r.name: r for g in table.GROUPS for r in g.rows}
+    for name in reversed(redo):
+        row = rows[name]
+        assert isinstance(row, Patch)  # class swaps never stack on an attribute
+        _apply_patch(row)
 
 
 def _selected_groups(names: tuple[str, ...] | None) -> list[Group]:

@@ -60,6 +60,11 @@ DEPRECATED_BASE_CALL = Pin(
     {"2.13.0": "5bba6f4a70059917"},
 )
 NODE_SOURCE = Pin("torch.fx.traceback:NodeSource", _same("0e29c3d55d6345c3", "2.13.0", "2.14.0"))
+#: ``NodeSource.__init__`` builds ``node_info`` from the node's name, ``str(target)`` and
+#: ``id(node.graph)``, which ``identity.naming_init`` redoes with the graph's identity
+NODE_SOURCE_INIT = Pin(
+    "torch.fx.traceback:NodeSource.__init__", _same("99395e7f40a4a049", "2.13.0", "2.14.0")
+)
 FAKE_DISPATCH = Pin(
     "torch._subclasses.fake_tensor:FakeTensorMode.dispatch", _same("1bb947a5c9aaef89", *ALL_TORCH)
 )
@@ -230,6 +235,16 @@ GROUPS: tuple[Group, ...] = (
                 "a deferred module's code is generated before it is pickled",
                 wraps=True,
                 models=(REDUCE,),
+            ),
+            Patch(
+                "retrace_engine.identity",
+                "torch.fx.traceback:NodeSource",
+                "__init__",
+                f"{_PKG}.retrace_engine.identity:naming_init",
+                "a record made from a re-traced graph's node names the graph stock's re-trace "
+                "built",
+                wraps=True,
+                models=(NODE_SOURCE_INIT,),
             ),
             Patch(
                 "retrace_engine.reduce_package",

@@ -50,7 +50,7 @@ from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel import patches
-from arm_accel.retrace_engine import fake_memo
+from arm_accel.retrace_engine import fake_memo, identity
 from arm_accel.retrace_engine.passthrough import passthrough
 
 
@@ -899,6 +899,9 @@ class InplaceRetrace:
         new_gm = fx.GraphModule(tracer.root, graph)
         new_gm.meta = self.gm.meta.copy()
         record_freshness(graph)
+        # Stock's re-trace built a new graph: records made from these nodes from now on name
+        # another graph than those this re-trace made.
+        identity.renew(graph)
         return new_gm
 
 

@@ -36,7 +36,7 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from arm_accel.retrace_engine import inplace
+from arm_accel.retrace_engine import identity, inplace
 
 _local = threading.local()
 
@@ -194,6 +194,7 @@ def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
         if node.name != name:
             node.name = name
     graph._graph_namespace = names
+    identity.renew(graph)  # the re-trace's new graph: later records name it
 
 
 class VirtualRetracer:
