@@ -4,13 +4,25 @@
 # stdout is the venv path and nothing else (callers do VENV=$(bash scripts/setup.sh)); stderr
 # gets one line per step that runs; pip/cargo/maturin output goes to the log ($LOG), whose
 # tail is printed when a step fails.
+#
+# ARM_ACCEL_TORCH=VERSION sets up another supported torch instead of the default: a venv of its
+# own ($ARM_ACCEL_VENV_DIR/torch-VERSION, default ~/.cache/arm-accel; no base packages) holding
+# that torch and the rest of the stack, with this checkout built in place (the compatibility
+# runs and CI's second torch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The pairing executorch 1.5.1 was released and validated with upstream.
+DEFAULT_TORCH=2.13.0
+TORCH=${ARM_ACCEL_TORCH:-$DEFAULT_TORCH}
 BASE_PY=${ARM_ACCEL_BASE_PYTHON:-python3}
-VENV=${ARM_ACCEL_VENV:-$HOME/.cache/arm-accel/venv}
+if [ "$TORCH" = "$DEFAULT_TORCH" ]; then
+  VENV=${ARM_ACCEL_VENV:-$HOME/.cache/arm-accel/venv}
+else
+  VENV=${ARM_ACCEL_VENV_DIR:-$HOME/.cache/arm-accel}/torch-$TORCH
+fi
 LOG=${ARM_ACCEL_SETUP_LOG:-$VENV.setup.log}
-PINS=("torch==2.13.0" "executorch==1.5.1" "tosa-tools==2026.5.0" "numpy")
+PINS=("torch==$TORCH" "executorch==1.5.1" "tosa-tools==2026.5.0" "numpy")
 
 mkdir -p "$(dirname "$LOG")"
 : >"$LOG"
@@ -31,21 +43,34 @@ step() {
   fi
 }
 
-# torch is a multi-GB download: install the pinned stack into the base interpreter once per
-# machine and share it with every venv through --system-site-packages.
-if ! "$BASE_PY" - <<'PY' 2>/dev/null
+# torch is a multi-GB download: install the default stack into the base interpreter once per
+# machine and share it with every venv through --system-site-packages; another torch goes into
+# its own venv, once per machine too.
+has_stack() {
+  "$1" - "$TORCH" <<'PY' 2>/dev/null
+import sys
 import importlib.metadata as md
-want = {"torch": "2.13.0", "executorch": "1.5.1", "tosa-tools": "2026.5.0"}
-assert all(md.version(k) == v for k, v in want.items())
+want = {"torch": sys.argv[1], "executorch": "1.5.1", "tosa-tools": "2026.5.0"}
+assert all(md.version(k).split("+")[0] == v for k, v in want.items())
 import numpy  # noqa: F401
 PY
-then
-  step "install the pinned stack into $BASE_PY (once per machine; torch is large)" \
-    "$BASE_PY" -m pip install "${PINS[@]}"
-fi
-
-if [ ! -x "$VENV/bin/python" ]; then
-  step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
+}
+if [ "$TORCH" = "$DEFAULT_TORCH" ]; then
+  if ! has_stack "$BASE_PY"; then
+    step "install the pinned stack into $BASE_PY (once per machine; torch is large)" \
+      "$BASE_PY" -m pip install "${PINS[@]}"
+  fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
+  fi
+else
+  if [ ! -x "$VENV/bin/python" ]; then
+    step "create the venv $VENV (torch $TORCH, no base packages)" "$BASE_PY" -m venv "$VENV"
+  fi
+  if ! has_stack "$VENV/bin/python"; then
+    step "install torch $TORCH and the stack into $VENV (once per machine; torch is large)" \
+      "$VENV/bin/pip" install "${PINS[@]}"
+  fi
 fi
 if ! "$VENV/bin/python" -c 'import pytest, xdist, hypothesis, matplotlib, mypy' 2>/dev/null ||
   ! "$VENV/bin/python" -m ruff --version >/dev/null 2>&1; then
@@ -58,13 +83,21 @@ if ! "$VENV/bin/python" -c 'import transformers' 2>/dev/null; then
   step "install transformers (the zoo's decoder LLMs)" "$VENV/bin/pip" install "transformers>=5,<6"
 fi
 # The upstream model tests (UPSTREAM_SET=models) import torchvision, torchaudio, timm and
-# diffusers. torchvision 0.28.0 is the release built for torch 2.13.0; torchaudio has no 2.13
-# release, and 2.11.1 (torch>=2.11, no torch-ABI binary) imports and runs its models on 2.13. The
-# constraint keeps pip from touching the base interpreter's torch (seconds).
-if ! "$VENV/bin/python" -c 'import torchvision, torchaudio, timm, diffusers' 2>/dev/null; then
+# diffusers: the default stack only. torchvision's release for each torch is pinned (it builds
+# against one torch); torchaudio has no release past 2.11, and 2.11.1 (torch>=2.11, no
+# torch-ABI binary) imports and runs its models. The constraint keeps pip from touching torch.
+vision_for() {
+  case $1 in
+    2.13.0) echo 0.28.0 ;;
+    2.14.0) echo 0.29.0 ;;
+    *) return 1 ;;
+  esac
+}
+if [ "$TORCH" = "$DEFAULT_TORCH" ] &&
+  ! "$VENV/bin/python" -c 'import torchvision, torchaudio, timm, diffusers' 2>/dev/null; then
   step "install the upstream model tests' dependencies (torchvision, torchaudio, timm, diffusers)" \
-    "$VENV/bin/pip" install -c <(echo "torch==2.13.0") "torchvision==0.28.0" "torchaudio==2.11.1" \
-    "timm>=1.0,<2" "diffusers>=0.40,<1"
+    "$VENV/bin/pip" install -c <(echo "torch==$TORCH") "torchvision==$(vision_for "$TORCH")" \
+    "torchaudio==2.11.1" "timm>=1.0,<2" "diffusers>=0.40,<1"
 fi
 # Vela compiles for Ethos-U: the demo's Ethos-U targets and the upstream suite's Ethos-U tests.
 if ! "$VENV/bin/python" -c 'import ethosu.vela' 2>/dev/null; then
