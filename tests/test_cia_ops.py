@@ -116,7 +116,7 @@ def test_another_source_wraps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     stock_collect = cia_ops._installed["collect"][0]
     cia_ops.uninstall()
     try:
-        monkeypatch.setitem(cia_ops.MODELLED_SOURCES, "_materialize_cpp_cia_ops", "0" * 16)
+        monkeypatch.setitem(cia_ops.MODELLED_SOURCES, "_materialize_cpp_cia_ops", ("0" * 16,))
         with pytest.raises(ImportError, match="_materialize_cpp_cia_ops"):
             cia_ops.install()
         assert not cia_ops.installed()

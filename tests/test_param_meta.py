@@ -109,7 +109,7 @@ def test_other_source_replaces_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     param_meta.uninstall()
     try:
         assert getattr(module, param_meta.FUNCTION) is stock
-        monkeypatch.setattr(param_meta, "MODELLED_DIGEST", "0" * 16)
+        monkeypatch.setattr(param_meta, "MODELLED_DIGESTS", ("0" * 16,))
         with pytest.raises(ImportError, match=param_meta.FUNCTION):
             param_meta.install()
         assert getattr(module, param_meta.FUNCTION) is stock

@@ -332,7 +332,7 @@ def stock_class(cls_or_name: type | str) -> type:
 
 #: torch versions the re-trace engine was shown identical on: it models torch.fx internals
 #: (the tracer's meta fields, the name space, the provenance record), so it stays stock elsewhere.
-RETRACE_ENGINE_TORCH: tuple[str, ...] = ("2.13",)
+RETRACE_ENGINE_TORCH: tuple[str, ...] = ("2.13", "2.14.0", "2.15.0")
 
 
 def _install_retrace_engine() -> None:

@@ -31,14 +31,16 @@ from arm_accel.scopes import ThreadScope
 #: ``stats()`` entry: one accelerated call per collection that materialized once.
 STATS_NAME = "to_edge.cia_ops"
 #: The source digests (``passthrough.source_digest``) of the ``torch._export.utils`` functions
-#: the argument above was read from (torch 2.13): with another source nothing is wrapped.
-MODELLED_SOURCES = {
-    "_collect_all_valid_cia_ops": "1d09a99ea79bd377",
-    "_collect_all_valid_cia_ops_for_namespace": "c26d5cd619830773",
-    "_materialize_cpp_cia_ops": "51472f6b4e2c3782",
-    "_is_preservable_cia_op": "00d78e92c3d6d9f6",
-    "_check_valid_to_preserve": "a225772212a823aa",
-    "_is_cia_op": "4588c37719fb8356",
+#: the argument above was read from, one per source read (torch 2.13; 2.14.0 and 2.15.0 differ
+#: only in ``_check_valid_to_preserve``'s return annotation): with another source nothing is
+#: wrapped.
+MODELLED_SOURCES: dict[str, tuple[str, ...]] = {
+    "_collect_all_valid_cia_ops": ("1d09a99ea79bd377",),
+    "_collect_all_valid_cia_ops_for_namespace": ("c26d5cd619830773",),
+    "_materialize_cpp_cia_ops": ("51472f6b4e2c3782",),
+    "_is_preservable_cia_op": ("00d78e92c3d6d9f6",),
+    "_check_valid_to_preserve": ("a225772212a823aa", "7f73a8adc723629a"),
+    "_is_cia_op": ("4588c37719fb8356",),
 }
 #: The modules that bind ``_collect_all_valid_cia_ops`` by name (``from ... import``).
 COLLECTION_MODULES = (
@@ -113,8 +115,8 @@ def install() -> None:
         if _installed:
             return
         utils: Any = importlib.import_module("torch._export.utils")
-        for name, digest in MODELLED_SOURCES.items():
-            if source_digest(getattr(utils, name, None)) != digest:
+        for name, digests in MODELLED_SOURCES.items():
+            if source_digest(getattr(utils, name, None)) not in digests:
                 raise ImportError(f"torch._export.utils.{name} is not the source modelled")
         stock_collect = utils._collect_all_valid_cia_ops
         stock_materialize = utils._materialize_cpp_cia_ops

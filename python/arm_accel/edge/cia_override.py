@@ -9,13 +9,13 @@ annotations (``Callable[_P, _T]``) build typing aliases each time: ~0.18 s per c
 stock decomposition call on an MLPerf Tiny model.
 
 :func:`overriding` makes the same changes to the same objects in the same order, writing what
-the decorators write (``py_kernels``, ``_dispatch_cache``,
-``op_implementations_dict``) and reusing stock's helpers for the values written
+the decorators write (``py_kernels``, ``_dispatch_cache``, ``op_implementations_dict``, and
+where ``register_op_impl`` does, the C++ fake dispatch's registration) and reusing stock's helpers for the values written
 (``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit is stock's. It is used inside
 :func:`arm_accel.edge.cia_ops.collecting_once` (the edge stage's decomposition calls) when every
 op to patch is an ``OpOverload`` whose ``py_impl`` is the one modelled; otherwise, or
 outside the block, the stock function runs. It is pinned to the source digests of the functions
-it was read from (torch 2.13): with another source nothing is replaced. Counted in
+it was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
 ``arm_accel.stats()`` under :data:`STATS_NAME` (seconds: the patching), with the reason when
 stock runs in the block.
 """
@@ -32,14 +32,26 @@ from typing import Any
 #: ``stats()`` entry: one call per override entered in the stage.
 STATS_NAME = "to_edge.cia_override"
 #: Source digests (``passthrough.source_digest``) of the functions :func:`overriding` models,
-#: by module and qualified name.
-MODELLED_SOURCES = {
-    ("torch.export.exported_program", "_override_composite_implicit_decomp"): "4422dc79d0792af7",
+#: by module and qualified name, one per source read (torch 2.13, then 2.14.0 = 2.15.0).
+MODELLED_SOURCES: dict[tuple[str, str], tuple[str, ...]] = {
+    # 2.14.0: a comment's spelling
+    ("torch.export.exported_program", "_override_composite_implicit_decomp"): (
+        "4422dc79d0792af7",
+        "e96e2a4f053f0684",
+    ),
     # ``OpOverload`` inherits it (checked at install)
-    ("torch._ops", "OpOverload.py_impl"): "8173bd205b783783",
-    ("torch._subclasses.fake_impls", "register_op_impl"): "405e93300718a185",
-    ("torch._subclasses.fake_impls", "_is_op_registered_to_fake_rule"): "b42b78458191b7ee",
+    ("torch._ops", "OpOverload.py_impl"): ("8173bd205b783783",),
+    # 2.14.0: also registers the op with the C++ fake dispatch (:data:`NATIVE_FAKE_REGISTRATION`)
+    ("torch._subclasses.fake_impls", "register_op_impl"): (
+        "405e93300718a185",
+        "6c0b0bcd047f8a6f",
+    ),
+    ("torch._subclasses.fake_impls", "_is_op_registered_to_fake_rule"): ("b42b78458191b7ee",),
 }
+#: The ``register_op_impl`` sources that, after filing a rule in ``op_implementations_dict``,
+#: tell the C++ fake dispatch about it (``torch._C._fake_dispatch_register_op_impl``; the exit's
+#: ``_deregister_op_impl`` of those torches withdraws it).
+NATIVE_FAKE_REGISTRATION = frozenset({"6c0b0bcd047f8a6f"})
 #: Where the stock function is bound and called by name.
 MODULE = "torch.export.exported_program"
 
@@ -67,6 +79,16 @@ def _force_dispatch_to_orig_cia_callable(
         return orig_cia_callable(*args, **kwargs)
 
 
+def _registers_natively() -> bool:
+    """Whether this torch's ``register_op_impl`` also registers the op with the C++ fake
+    dispatch (:data:`NATIVE_FAKE_REGISTRATION`)."""
+    from torch._subclasses import fake_impls
+
+    from arm_accel.retrace_engine.passthrough import source_digest
+
+    return source_digest(fake_impls.register_op_impl) in NATIVE_FAKE_REGISTRATION
+
+
 @contextmanager
 def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[None]:
     """``_override_composite_implicit_decomp`` with the decorators' writes made directly."""
@@ -79,6 +101,7 @@ def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[N
     from arm_accel import counters
 
     t0 = time.perf_counter()
+    native = _registers_natively()
     cia = torch._C.DispatchKey.CompositeImplicitAutograd
     registered = fake_impls.op_implementations_dict
     saved_tables = {}
@@ -99,6 +122,9 @@ def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[N
             registered[op_overload] = functools.partial(
                 _force_dispatch_to_orig_cia_callable, original_callable=orig_cia_callable
             )
+            if native:
+                schema = op_overload._schema
+                torch._C._fake_dispatch_register_op_impl(schema.name, schema.overload_name)
         for key in ep_module._BACKEND_KEYS_TO_OVERRIDE:
             if key not in op_overload.py_kernels:
                 _set_py_kernel(op_overload, key, orig_cia_callable)
@@ -166,8 +192,8 @@ def install() -> None:
     with _lock:
         if _installed:
             return
-        for (module, qualname), digest in MODELLED_SOURCES.items():
-            if source_digest(_modelled(module, qualname)) != digest:
+        for (module, qualname), digests in MODELLED_SOURCES.items():
+            if source_digest(_modelled(module, qualname)) not in digests:
                 raise ImportError(f"{module}.{qualname} is not the source modelled")
         ops: Any = importlib.import_module("torch._ops")
         if ops.OpOverload.py_impl is not ops.OperatorBase.py_impl:

@@ -67,8 +67,10 @@ NAMESPACES_MODELLED = frozenset({"aten", "quantized_decomposed", "dim_order_ops"
 KEPT_WITHOUT_USERS = frozenset({"aten._assert_tensor_metadata.default"})
 USER_INPUT_META = frozenset({"desc", "tensor_meta", "val"})
 #: torch versions whose ``conv2d`` CompositeImplicitAutograd kernel (C++ ``conv2d_symint``) was
-#: read for :func:`_as_convolution`.
-CONV2D_KERNEL_TORCH = ("2.13",)
+#: read for :func:`_as_convolution` (2.13) or shown to trace to the same ``convolution`` call
+#: (2.14.0, 2.15.0: biased, unbiased, strided, grouped, unbatched, integer, half, a bias of
+#: another dtype).
+CONV2D_KERNEL_TORCH = ("2.13", "2.14.0", "2.15.0")
 
 _lock = threading.Lock()
 _local = threading.local()

@@ -12,8 +12,8 @@ mappings built once. That is exact: the loop writes node metas only, so neither 
 change while it runs. It is bound in ``torch.export.exported_program`` (the decomposition call's
 module; ``torch.export._trace``'s own binding, used by ``torch.export.export``, stays stock) and
 used inside :func:`looking_up_once` (the edge stage's decomposition calls, this thread) with
-acceleration on; elsewhere stock's function runs. Pinned to the source digest of the function it
-was read from (torch 2.13): with another source nothing is replaced. Counted in
+acceleration on; elsewhere stock's function runs. Pinned to the source digests of the function it
+was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
 ``arm_accel.stats()`` under :data:`STATS_NAME`.
 """
 
@@ -29,11 +29,12 @@ from arm_accel.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per metadata write-back in the stage.
 STATS_NAME = "to_edge.param_meta"
-#: Where the modelled function is defined, its name and its source digest
-#: (``passthrough.source_digest``).
+#: Where the modelled function is defined, its name and its source digests
+#: (``passthrough.source_digest``), one per source read: torch 2.13, then 2.14.0 = 2.15.0,
+#: whose function reads each mapping once itself (the same writes in the same order).
 SOURCE_MODULE = "torch._export.utils"
 FUNCTION = "_populate_param_buffer_metadata_to_new_gm"
-MODELLED_DIGEST = "89e75119b33fa818"
+MODELLED_DIGESTS: tuple[str, ...] = ("89e75119b33fa818", "94147610844e8976")
 #: The module that binds it by name for ``run_decompositions``.
 MODULE = "torch.export.exported_program"
 
@@ -92,7 +93,7 @@ def install() -> None:
             return
         source: Any = importlib.import_module(SOURCE_MODULE)
         stock = getattr(source, FUNCTION)
-        if source_digest(stock) != MODELLED_DIGEST:
+        if source_digest(stock) not in MODELLED_DIGESTS:
             raise ImportError(f"{SOURCE_MODULE}.{FUNCTION} is not the source modelled")
         target: Any = importlib.import_module(MODULE)
         if getattr(target, FUNCTION) is not stock:
@@ -120,7 +121,7 @@ def installed() -> bool:
 
 __all__ = [
     "FUNCTION",
-    "MODELLED_DIGEST",
+    "MODELLED_DIGESTS",
     "STATS_NAME",
     "install",
     "installed",

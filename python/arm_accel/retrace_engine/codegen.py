@@ -5,7 +5,8 @@ Each pass of the Arm pipeline recompiles its graph module two or three times (th
 so most recompiles regenerate the very source they generated before. ``Graph.python_code`` is
 memoised per graph on what the generated source is made of (``source_key``: every node by
 identity with its name, op, target, args and kwargs containers by identity, type annotation,
-and the meta the code generator reads: its comments, ``is_wrapped``), and the compiled
+and the meta the code generator reads: its comments, ``is_wrapped``, and from torch 2.14.0 on
+``autograd_backward`` and ``boxed_arg_indices``), and the compiled
 ``forward`` on the source and its globals. Anything else (another code generator, a verbose or
 profiler-instrumented request, ``FX_GRAPH_SHOW_META``, whose comments hold every meta value,
 unhashable targets) is generated as stock generates it."""
@@ -83,6 +84,9 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
             meta.get("recompute"),
             meta.get("ac_graph_id"),
             meta.get("is_wrapped"),
+            # read from torch 2.14.0 on: a prefix of the stack trace comment, boxed arguments
+            meta.get("autograd_backward"),
+            meta.get("boxed_arg_indices"),
         )
         old = old_keys.get(node)
         if old is not None and _same_entry(old, entry):

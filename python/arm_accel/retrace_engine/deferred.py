@@ -171,7 +171,8 @@ def rebuild(snap: Snapshot) -> fx.Graph:
         graph._co_fields = dict(snap.co_fields)
     env: dict[fx.Node, fx.Node] = {}
     for entry, (node, args, kwargs) in zip(snap.key, snap.alive, strict=True):
-        _, name, op, target, _, _, type_, stack_trace, _, recompute, ac_graph_id, wrapped = entry
+        _, name, op, target, _, _, type_, stack_trace, _, recompute, ac_graph_id = entry[:11]
+        wrapped, autograd_backward, boxed_arg_indices = entry[11:]
         if isinstance(target, tuple):  # ("str", name): how the key holds string targets
             target = target[1]
         new = graph.create_node(
@@ -185,6 +186,8 @@ def rebuild(snap: Snapshot) -> fx.Graph:
             ("recompute", recompute),
             ("ac_graph_id", ac_graph_id),
             ("is_wrapped", wrapped),
+            ("autograd_backward", autograd_backward),
+            ("boxed_arg_indices", boxed_arg_indices),
         ):
             if value is not None:
                 new.meta[key] = value
