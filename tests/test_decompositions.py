@@ -222,6 +222,19 @@ def test_replay_equals_stock_call_on_tiny_program() -> None:
     )
 
 
+def test_replay_holds_constants_as_stock_call() -> None:
+    """The program stock's call builds holds the input's ``constants`` dict itself (torch 2.13)
+    or a new one with its items (2.14.0, 2.15.0): the replay's does the same, here with an
+    entry no input reads (so that neither side replaces an empty dict by its own)."""
+    ep = _functional_tiny()
+    ep.constants["unread"] = torch.ones(1)
+    stock = ep.run_decompositions({})
+    ours = decompositions.replay_program(ep)
+    assert program_differences(stock, ours) == []
+    assert list(ours.constants) == ["unread"]
+    assert (ours.constants is ep.constants) == (stock.constants is ep.constants)
+
+
 class _Convs(torch.nn.Module):
     """conv2d with stride and padding, then one with groups, dilation and no bias."""
 

@@ -72,6 +72,12 @@ USER_INPUT_META = frozenset({"desc", "tensor_meta", "val"})
 #: another dtype).
 CONV2D_KERNEL_TORCH = ("2.13", "2.14.0", "2.15.0")
 
+#: The sources (``passthrough.source_digest``) of ``_decompose_exported_program`` the replay's
+#: new program was read from, each with whether that program holds a new ``constants`` dict
+#: (torch 2.14.0 = 2.15.0: the input's items, then the trace's and the lifted constants, none
+#: in a program the replay accepts) or the input's own (2.13). Another source declines.
+PROGRAM_ASSEMBLY: dict[str, bool] = {"1949ba42c1237735": False, "da5abd41c5a7decd": True}
+
 _lock = threading.Lock()
 _local = threading.local()
 _installed: dict[str, Any] = {}
@@ -199,6 +205,16 @@ def _as_convolution(node: fx.Node) -> tuple[Any, tuple[Any, ...]]:
     )
 
 
+def _new_constants() -> bool | None:
+    """Whether stock's new program holds a new ``constants`` dict (:data:`PROGRAM_ASSEMBLY`);
+    None for a source not read."""
+    from torch.export import exported_program
+
+    from arm_accel.retrace_engine.passthrough import source_digest
+
+    return PROGRAM_ASSEMBLY.get(source_digest(exported_program._decompose_exported_program) or "")
+
+
 def _op_name(target: Any) -> str | None:
     """The name the tracer asks fx's namespace for a node of ``target`` (None: the target's
     own, ``getitem``)."""
@@ -217,6 +233,8 @@ def decline_reason(
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional).
     ``trace_rewritten``: the nodes the table decomposes may be traced alone
     (:mod:`arm_accel.edge.subtrace`); else any of them declines (but conv2d, modelled)."""
+    if _new_constants() is None:
+        return "run_decompositions' program assembly not read for this torch"
     sig = ep.graph_signature
     if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
         return "mutations or backward signature"
@@ -498,7 +516,7 @@ def replay_program(
             ep.graph_module, ep.graph_signature, gm, new_sig, ep.module_call_graph
         ),
         example_inputs=ep.example_inputs,
-        constants=ep.constants,
+        constants=dict(ep.constants) if _new_constants() else ep.constants,
     )
 
 
