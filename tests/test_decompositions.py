@@ -82,7 +82,8 @@ def test_lowering_equals_stock(active: None) -> None:
     written as convolution) and 2 were replayed, or if no
     quantize/dequantize value served from the fake memo, no collection of CIA ops materialized
     once, no CIA override made its patches directly or no param/buffer metadata write-back
-    looked its mappings up once, or if any of these happened with acceleration off."""
+    looked its mappings up once, or if any of these happened with acceleration off; the
+    provenance records hold fewer objects than stock's where stock deep-copies them."""
     model, inputs, mode = models.build("dscnnkws")
     exported = models.export_for_arm(model, inputs, mode)
     before, served, collected, overridden, populated = (
@@ -115,8 +116,14 @@ def test_lowering_equals_stock(active: None) -> None:
     assert list(stock.constants) == list(ours.constants)
     assert_programs_equal(stock, ours)
     assert stock_bytes and ours_bytes == stock_bytes
-    # equal values, fewer objects: the provenance records share their ancestors
-    assert _provenance_objects(ours) < _provenance_objects(stock)
+    # equal values, fewer objects where stock's records deep-copy their ancestors (torch 2.13,
+    # 2.14.0): ours share them; as many where stock's share them too (2.15.0)
+    from arm_accel.edge import provenance
+
+    if provenance.stock_deep_copies():
+        assert _provenance_objects(ours) < _provenance_objects(stock)
+    else:
+        assert _provenance_objects(ours) == _provenance_objects(stock)
 
 
 def test_call_results_get_their_code_when_used(
@@ -172,18 +179,22 @@ def _provenance_objects(ep: ExportedProgram) -> int:
 def test_shared_provenance_equals_deep_copy(active: None) -> None:
     """``NodeSource(node)`` inside ``provenance.sharing()`` equals stock's record of the same
     node (``to_dict``, ``==``) and holds the node's own ancestors in a list of its own; outside
-    the block, and in another thread while this one is inside it, the chain is deep-copied."""
+    the block, and in another thread while this one is inside it, the chain is deep-copied
+    where stock's constructor deep-copies it (torch 2.13, 2.14.0). Where stock's shares the
+    records itself (2.15.0) nothing is wrapped and every record shares them."""
     import threading
 
     from arm_accel.edge import provenance
     from torch.fx.traceback import NodeSource, NodeSourceAction
 
-    assert provenance.installed()
+    deep_copies = provenance.stock_deep_copies()
+    assert deep_copies is not None, "NodeSource.__init__ is not a source read"
+    assert provenance.installed() is deep_copies
     ep = _functional_tiny().run_decompositions({})  # chains two levels deep
     node = next(n for n in ep.graph.nodes if n.op == "call_function")
     chain = node.meta["from_node"]
     stock = NodeSource(node, "p", NodeSourceAction.CREATE)
-    assert stock.from_node[0] is not chain[0]
+    assert (stock.from_node[0] is not chain[0]) is deep_copies
     in_thread: list[NodeSource] = []
     with provenance.sharing():
         shared = NodeSource(node, "p", NodeSourceAction.CREATE)
@@ -193,7 +204,7 @@ def test_shared_provenance_equals_deep_copy(active: None) -> None:
     assert shared == stock and shared.to_dict() == stock.to_dict()
     assert shared.from_node == chain and shared.from_node is not chain
     assert all(a is b for a, b in zip(shared.from_node, chain, strict=True))
-    assert in_thread[0].from_node[0] is not chain[0]
+    assert (in_thread[0].from_node[0] is not chain[0]) is deep_copies
     assert vars(shared).keys() == vars(stock).keys()
 
 
@@ -384,27 +395,30 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
 
 def test_uninstall_restores_stock(active: None) -> None:
     """uninstall puts executorch's function and torch's methods (``run_decompositions``,
-    ``NodeSource.__init__``, ``FakeTensorMode.dispatch``) back and uninstalls the parts
-    (provenance, param/buffer metadata); install re-wraps them."""
+    ``NodeSource.__init__`` where wrapped, ``FakeTensorMode.dispatch``) back and uninstalls the
+    parts (provenance, param/buffer metadata); install re-wraps them."""
     import executorch.exir.program._program as prog
     from arm_accel.edge import provenance
     from torch.fx.traceback import NodeSource
 
+    wraps_init = bool(provenance.stock_deep_copies())
     ours_method = ExportedProgram.run_decompositions
     ours_stage = prog._gen_edge_manager_for_partitioners
-    ours_init = NodeSource.__init__
+    stock_init = getattr(NodeSource.__init__, "__wrapped__", NodeSource.__init__)
     ours_dispatch = FakeTensorMode.dispatch
+    assert (NodeSource.__init__ is not stock_init) is wraps_init
     decompositions.uninstall()
     try:
         assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
         assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
-        assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
+        assert NodeSource.__init__ is stock_init
         assert FakeTensorMode.dispatch is ours_dispatch.__wrapped__  # type: ignore[attr-defined]
         assert not provenance.installed() and not param_meta.installed()
     finally:
         decompositions.install()
-    assert decompositions.installed() and provenance.installed() and param_meta.installed()
-    assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
+    assert decompositions.installed() and param_meta.installed()
+    assert provenance.installed() is wraps_init
+    assert (NodeSource.__init__ is not stock_init) is wraps_init
     assert FakeTensorMode.dispatch is not ours_dispatch.__wrapped__  # type: ignore[attr-defined]
 
 

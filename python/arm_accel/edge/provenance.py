@@ -11,6 +11,11 @@ only by assigning a new list to ``node.meta`` or appending to a node's own top-l
 holds anything but ``NodeSource`` objects is deep-copied as stock does.
 
 The switch is per thread: another thread's ``NodeSource`` calls stay stock.
+
+Pinned to the source digest of ``NodeSource.__init__`` (:data:`MODELLED_SOURCES`): torch 2.13
+and 2.14.0 deep-copy the chain, and the constructor is wrapped; torch 2.15.0's shares the
+records itself (a fresh list of the same objects, what :func:`sharing` makes), and nothing is
+wrapped. Another source stays stock.
 """
 
 from __future__ import annotations
@@ -27,9 +32,20 @@ from arm_accel.scopes import ThreadScope
 #: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
 STATS_NAME = "to_edge.provenance"
 
+#: Source digests (``passthrough.source_digest``) of ``NodeSource.__init__`` read, each with
+#: whether it deep-copies the node's chain (True: wrapped) or shares the records itself.
+MODELLED_SOURCES: dict[str, bool] = {"99395e7f40a4a049": True, "d21b0c932373c74c": False}
+
 _scope = ThreadScope()
 _lock = threading.Lock()
 _installed: dict[str, Any] = {}
+
+
+def stock_deep_copies() -> bool | None:
+    """Whether this torch's ``NodeSource`` deep-copies the chain (None: a source not read)."""
+    from arm_accel.retrace_engine.passthrough import source_digest
+
+    return MODELLED_SOURCES.get(source_digest(fx_traceback.NodeSource.__init__) or "")
 
 
 def _shared_chain(node: Any) -> list[Any] | None:
@@ -44,9 +60,10 @@ def _shared_chain(node: Any) -> list[Any] | None:
 
 
 def install() -> None:
-    """Wrap ``NodeSource.__init__`` (idempotent); outside :func:`sharing` it runs stock's."""
+    """Wrap ``NodeSource.__init__`` (idempotent) where it deep-copies the chain
+    (:func:`stock_deep_copies`); outside :func:`sharing` it runs stock's."""
     with _lock:
-        if _installed:
+        if _installed or not stock_deep_copies():
             return
         stock = fx_traceback.NodeSource.__init__
 
