@@ -10,8 +10,9 @@ stock decomposition call on an MLPerf Tiny model.
 
 :func:`overriding` makes the same changes to the same objects in the same order, writing what
 the decorators write (``py_kernels``, ``_dispatch_cache``, ``op_implementations_dict``, and
-where ``register_op_impl`` does, the C++ fake dispatch's registration) and reusing stock's helpers for the values written
-(``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit is stock's. It is used inside
+where ``register_op_impl`` does, the C++ fake dispatch's registration) and reusing stock's
+helpers for the values written (``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit
+is stock's. It is used inside
 :func:`arm_accel.edge.cia_ops.collecting_once` (the edge stage's decomposition calls) when every
 op to patch is an ``OpOverload`` whose ``py_impl`` is the one modelled; otherwise, or
 outside the block, the stock function runs. It is pinned to the source digests of the functions
