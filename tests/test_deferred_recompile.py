@@ -201,15 +201,24 @@ def test_copies_of_a_pending_module_are_stocks() -> None:
     assert ours == stock
 
 
-@pytest.mark.parametrize("case", ["outside the pipeline", "FX_GRAPH_SHOW_META", "submodule"])
+@pytest.mark.parametrize(
+    "case", ["outside the pipeline", "FX_GRAPH_SHOW_META", "submodule", "another generator"]
+)
 def test_declined_recompiles_run_at_once(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Outside the pipeline scope, with FX_GRAPH_SHOW_META=1, and for a module with a
-    GraphModule child (stock recompiles the child too: that recompile, the child's own, may be
-    deferred), the module's recompile is stock's, at once."""
+    """Outside the pipeline scope, with FX_GRAPH_SHOW_META=1, with a code generator whose
+    source is not one read, and for a module with a GraphModule child (stock recompiles the
+    child too: that recompile, the child's own, may be deferred), the module's recompile is
+    stock's, at once."""
+    from arm_accel.retrace_engine import codegen
+
     gm = traced()
     add_neg(gm)
     if case == "FX_GRAPH_SHOW_META":
         monkeypatch.setenv("FX_GRAPH_SHOW_META", "1")
+    if case == "another generator":
+        monkeypatch.setattr(codegen, "GENERATOR_SOURCES", frozenset({"0" * 16}))
+        codegen.generator_modelled.cache_clear()
+        monkeypatch.setattr(codegen, "generator_modelled", codegen.generator_modelled.__wrapped__)
     if case == "submodule":
         gm.add_submodule("child", traced())
     before = dict(deferred.counts)

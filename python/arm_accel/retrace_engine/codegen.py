@@ -9,16 +9,35 @@ and the meta the code generator reads: its comments, ``is_wrapped``, and from to
 ``autograd_backward`` and ``boxed_arg_indices``), and the compiled
 ``forward`` on the source and its globals. Anything else (another code generator, a verbose or
 profiler-instrumented request, ``FX_GRAPH_SHOW_META``, whose comments hold every meta value,
-unhashable targets) is generated as stock generates it."""
+unhashable targets) is generated as stock generates it.
+
+What the key holds is what ``CodeGen._gen_python_code`` reads, pinned to the sources read
+(:data:`GENERATOR_SOURCES`): with another source every ``python_code`` is stock's and no
+recompile is deferred (``deferred.deferrable``)."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import OrderedDict
 from typing import Any
 
 from torch import fx
+
+#: Source digests (``passthrough.source_digest``) of ``CodeGen._gen_python_code`` whose reads
+#: :func:`source_key` holds: torch 2.13, 2.14.0 (which also reads ``autograd_backward`` and
+#: ``boxed_arg_indices``), 2.15.0 (2.14.0's, but for sparse layouts' annotations).
+GENERATOR_SOURCES = frozenset({"9e367ac7bd7b936d", "fb7a28207ddb8639", "a9a0dee20db01b88"})
+
+
+@functools.cache
+def generator_modelled() -> bool:
+    """This torch's code generator reads what :func:`source_key` holds."""
+    from arm_accel.retrace_engine.passthrough import source_digest
+
+    return source_digest(fx.graph.CodeGen._gen_python_code) in GENERATOR_SOURCES
+
 
 _CACHE_SIZE = 64
 #: Environment variables ``_gen_python_code`` reads.
@@ -140,7 +159,7 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
     """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
         return stock(graph, root_module, **kwargs)
-    if type(graph._codegen) is not fx.graph.CodeGen or shows_meta():
+    if type(graph._codegen) is not fx.graph.CodeGen or shows_meta() or not generator_modelled():
         return stock(graph, root_module, **kwargs)
     try:
         nodes_key, alive = source_key(graph)

@@ -22,7 +22,8 @@ the snapshot.
 Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses
 (but torch.export's ``_StatefulGraphModule``, which ``ExportedProgram.module()`` returns),
 modules with GraphModule children (stock recompiles those too), other code generators,
-``FX_GRAPH_SHOW_META`` (its comments hold every meta value) and profiler metadata.
+``FX_GRAPH_SHOW_META`` (its comments hold every meta value), profiler metadata and a torch
+whose code generator is not a source read (``codegen.generator_modelled``).
 
 One difference, on error paths only: a graph whose code cannot be generated (stock's recompile
 raises) raises when its code is first used, or not at all when a later recompile supersedes it.
@@ -100,7 +101,7 @@ def deferrable(gm: fx.GraphModule) -> bool:
         return False
     if fx_experimental_config.enrich_profiler_metadata:
         return False
-    if codegen.shows_meta():
+    if codegen.shows_meta() or not codegen.generator_modelled():
         return False
     return not any(isinstance(m, fx.GraphModule) for m in gm._modules.values())
 
