@@ -81,6 +81,43 @@ def test_patches_equal_stocks(table: dict[Any, Any]) -> None:
     assert ours_after == stock_after
 
 
+def _native_calls(
+    override: Callable[..., Any], table: dict[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, str, str]]:
+    """The C++ fake dispatch (de)registrations (torch 2.14.0 on) made entering and leaving the
+    block, in order."""
+    calls: list[tuple[str, str, str]] = []
+    for name in ("_fake_dispatch_register_op_impl", "_fake_dispatch_deregister_op_impl"):
+        real = getattr(torch._C, name, None)
+
+        def record(op: str, overload: str, name: str = name, real: Any = real) -> None:
+            calls.append((name, op, overload))
+            if real is not None:
+                real(op, overload)
+
+        monkeypatch.setattr(torch._C, name, record, raising=False)
+    try:
+        with override(table):
+            pass
+    finally:
+        monkeypatch.undo()
+    return calls
+
+
+def test_native_fake_registrations_equal_stocks(
+    table: dict[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where ``register_op_impl`` also registers the op with the C++ fake dispatch (torch
+    2.14.0 on), ours makes the same registrations, and the exit the same withdrawals, in the
+    same order as stock's; on a torch without it neither makes any."""
+    _native_calls(_stock(), table, monkeypatch)  # warm up as above
+    stock = _native_calls(_stock(), table, monkeypatch)
+    ours = _native_calls(cia_override.overriding, table, monkeypatch)
+    assert ours == stock
+    if cia_override._registers_natively():
+        assert len(stock) > 500
+
+
 def test_fake_rule_runs_the_original_cia_kernel() -> None:
     """The fake rule registered for a preserved CIA op calls its original CIA decomposition in
     the fake mode: a fake ``aten.linear`` under ours has the shape and dtype eager computes."""

@@ -11,6 +11,7 @@ source, line map, ``str()``, ``forward``'s signature and result, its pickle, the
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import pickle
 import re
@@ -21,6 +22,8 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import pytest
 import torch
 from arm_accel import patches, retrace_engine, switch
+from arm_accel.patches import table
+from arm_accel.patches.model import Pin
 from arm_accel.retrace_engine import deferred
 from torch import fx
 
@@ -201,15 +204,24 @@ def test_copies_of_a_pending_module_are_stocks() -> None:
     assert ours == stock
 
 
-@pytest.mark.parametrize("case", ["outside the pipeline", "FX_GRAPH_SHOW_META", "submodule"])
+@pytest.mark.parametrize(
+    "case", ["outside the pipeline", "FX_GRAPH_SHOW_META", "submodule", "another generator"]
+)
 def test_declined_recompiles_run_at_once(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Outside the pipeline scope, with FX_GRAPH_SHOW_META=1, and for a module with a
-    GraphModule child (stock recompiles the child too: that recompile, the child's own, may be
-    deferred), the module's recompile is stock's, at once."""
+    """Outside the pipeline scope, with FX_GRAPH_SHOW_META=1, with a code generator whose
+    source is not one read, and for a module with a GraphModule child (stock recompiles the
+    child too: that recompile, the child's own, may be deferred), the module's recompile is
+    stock's, at once."""
+
     gm = traced()
     add_neg(gm)
     if case == "FX_GRAPH_SHOW_META":
         monkeypatch.setenv("FX_GRAPH_SHOW_META", "1")
+    if case == "another generator":
+        read = table.model("torch.code_generator")
+        changed = dataclasses.replace(read, pins=(Pin(read.pins[0].ref, {"0.0.0": "0" * 16}),))
+        others = tuple(m for m in table.MODELS if m.name != read.name)
+        monkeypatch.setattr(table, "MODELS", (*others, changed))
     if case == "submodule":
         gm.add_submodule("child", traced())
     before = dict(deferred.counts)

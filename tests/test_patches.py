@@ -37,7 +37,7 @@ def reinstalled(monkeypatch: pytest.MonkeyPatch) -> Any:
     patches.uninstall()
     monkeypatch.undo()
     patches.install()
-    assert all(s.installed for s in patches.states())
+    assert all(s.expected for s in patches.states())
 
 
 def test_file_digest_is_the_live_digest(reinstalled: None) -> None:
@@ -50,9 +50,10 @@ def test_file_digest_is_the_live_digest(reinstalled: None) -> None:
 
 
 def test_every_row_installed_and_every_model_holds() -> None:
-    """On the supported stack the whole table is installed: no row stays stock, every
-    modelled behaviour holds (each with the reason shown by ``arm-accel info``)."""
-    stock = {s.row: s.reason for s in patches.states() if not s.installed}
+    """On a supported stack the whole table is in effect: every row is installed or stock by
+    design (the running stock source already does its work), every modelled behaviour holds
+    (each with the reason shown by ``arm-accel info``)."""
+    stock = {s.row: s.reason for s in patches.states() if not s.expected}
     assert stock == {}
     assert [m.name for m in patches.model_states() if not m.holds] == []
 
@@ -60,7 +61,8 @@ def test_every_row_installed_and_every_model_holds() -> None:
 def test_uninstall_puts_every_stock_object_back(reinstalled: None) -> None:
     """Every replaced attribute is ours while installed, the stock object after uninstall, and
     ours again after install; every swapped class is stock after uninstall."""
-    rows = [r for g in table.GROUPS for r in g.rows if isinstance(r, Patch)]
+    installed = {s.row for s in patches.states() if s.installed}
+    rows = [r for g in table.GROUPS for r in g.rows if isinstance(r, Patch) and r.name in installed]
     originals = {r.name: patches.original(r.name) for r in rows}
     assert all(_current(r) is not originals[r.name] for r in rows)
     pkg = sys.modules["executorch.backends.arm._passes"]
@@ -128,6 +130,8 @@ def test_uninstalling_a_group_under_another_keeps_the_other(reinstalled: None) -
     chain and leaves the edge stage's installed on the stock constructor."""
     from torch.fx.traceback import NodeSource
 
+    if not patches.installed("edge.provenance"):
+        pytest.skip("one row on NodeSource.__init__ here (the edge stage's is stock by design)")
     stock = patches.original("retrace_engine.identity")
     patches.uninstall(("retrace_engine",))
     assert _chain(NodeSource.__init__)[1:] == [stock]

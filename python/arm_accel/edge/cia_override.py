@@ -9,13 +9,14 @@ annotations (``Callable[_P, _T]``) build typing aliases each time: ~0.18 s per c
 stock decomposition call on an MLPerf Tiny model.
 
 :func:`overriding` makes the same changes to the same objects in the same order, writing what
-the decorators write (``py_kernels``, ``_dispatch_cache``,
-``op_implementations_dict``) and reusing stock's helpers for the values written
-(``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit is stock's. It is used inside
+the decorators write (``py_kernels``, ``_dispatch_cache``, ``op_implementations_dict``, and
+where ``register_op_impl`` does, the C++ fake dispatch's registration) and reusing stock's
+helpers for the values written (``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit
+is stock's. It is used inside
 :func:`arm_accel.edge.cia_ops.collecting_once` (the edge stage's decomposition calls) when every
 op to patch is an ``OpOverload`` whose ``py_impl`` is the one modelled; otherwise, or
 outside the block, the stock function runs. It is pinned to the source digests of the functions
-it was read from (torch 2.13): with another source nothing is replaced. Counted in
+it was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
 ``arm_accel.stats()`` under :data:`STATS_NAME` (seconds: the patching), with the reason when
 stock runs in the block.
 """
@@ -52,6 +53,14 @@ def _force_dispatch_to_orig_cia_callable(
         return orig_cia_callable(*args, **kwargs)
 
 
+def _registers_natively() -> bool:
+    """Whether this torch's ``register_op_impl`` also registers the op with the C++ fake
+    dispatch (the table's ``torch.fake_registration`` model)."""
+    from arm_accel import patches
+
+    return patches.variant("torch.fake_registration") == "python and C++"
+
+
 @contextmanager
 def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[None]:
     """``_override_composite_implicit_decomp`` with the decorators' writes made directly."""
@@ -64,6 +73,7 @@ def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[N
     from arm_accel import counters
 
     t0 = time.perf_counter()
+    native = _registers_natively()
     cia = torch._C.DispatchKey.CompositeImplicitAutograd
     registered = fake_impls.op_implementations_dict
     saved_tables = {}
@@ -84,6 +94,9 @@ def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[N
             registered[op_overload] = functools.partial(
                 _force_dispatch_to_orig_cia_callable, original_callable=orig_cia_callable
             )
+            if native:
+                schema = op_overload._schema
+                torch._C._fake_dispatch_register_op_impl(schema.name, schema.overload_name)
         for key in ep_module._BACKEND_KEYS_TO_OVERRIDE:
             if key not in op_overload.py_kernels:
                 _set_py_kernel(op_overload, key, orig_cia_callable)

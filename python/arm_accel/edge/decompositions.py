@@ -191,6 +191,13 @@ def _as_convolution(node: fx.Node) -> tuple[Any, tuple[Any, ...]]:
     )
 
 
+def _new_constants() -> bool | None:
+    """Whether stock's new program holds a new ``constants`` dict (the table's
+    ``torch.program_constants`` model); None for a source not read."""
+    found = patches.variant("torch.program_constants")
+    return None if found is None else found == "a new dict"
+
+
 def _op_name(target: Any) -> str | None:
     """The name the tracer asks fx's namespace for a node of ``target`` (None: the target's
     own, ``getitem``)."""
@@ -209,6 +216,8 @@ def decline_reason(
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional).
     ``trace_rewritten``: the nodes the table decomposes may be traced alone
     (:mod:`arm_accel.edge.subtrace`); else any of them declines (but conv2d, modelled)."""
+    if _new_constants() is None:
+        return "run_decompositions' program assembly not read for this torch"
     sig = ep.graph_signature
     if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
         return "mutations or backward signature"
@@ -490,7 +499,7 @@ def replay_program(
             ep.graph_module, ep.graph_signature, gm, new_sig, ep.module_call_graph
         ),
         example_inputs=ep.example_inputs,
-        constants=ep.constants,
+        constants=dict(ep.constants) if _new_constants() else ep.constants,
     )
 
 

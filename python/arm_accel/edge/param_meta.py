@@ -12,8 +12,8 @@ mappings built once. That is exact: the loop writes node metas only, so neither 
 change while it runs. It is bound in ``torch.export.exported_program`` (the decomposition call's
 module; ``torch.export._trace``'s own binding, used by ``torch.export.export``, stays stock) and
 used inside :func:`looking_up_once` (the edge stage's decomposition calls, this thread) with
-acceleration on; elsewhere stock's function runs. Pinned to the source digest of the function it
-was read from (torch 2.13): with another source nothing is replaced. Counted in
+acceleration on; elsewhere stock's function runs. Pinned to the source digests of the function it
+was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
 ``arm_accel.stats()`` under :data:`STATS_NAME`.
 """
 

@@ -1,4 +1,4 @@
-"""Provenance records that share their ancestors instead of deep-copying them (issue 17 item 3).
+"""Provenance records that share their ancestors instead of deep-copying them.
 
 ``NodeSource(node, ...)`` (torch/fx/traceback.py) stores ``copy.deepcopy(node.meta["from_node"])``:
 every re-trace copies every node's whole provenance chain, which grows by two levels per
@@ -11,6 +11,10 @@ only by assigning a new list to ``node.meta`` or appending to a node's own top-l
 holds anything but ``NodeSource`` objects is deep-copied as stock does.
 
 The switch is per thread: another thread's ``NodeSource`` calls stay stock.
+
+The patch table's ``edge.provenance`` row pins ``NodeSource``: torch 2.13 and 2.14.0 deep-copy
+the chain, and the constructor is wrapped; torch 2.15.0's shares the records itself (a fresh
+list of the same objects, what :func:`sharing` makes), and the row is stock by design.
 """
 
 from __future__ import annotations

@@ -17,6 +17,16 @@ from arm_accel.patches.installer import (
     original,
     states,
     uninstall,
+    variant,
 )
 
-__all__ = ["holds", "install", "installed", "model_states", "original", "states", "uninstall"]
+__all__ = [
+    "holds",
+    "install",
+    "installed",
+    "model_states",
+    "original",
+    "states",
+    "uninstall",
+    "variant",
+]

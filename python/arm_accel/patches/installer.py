@@ -42,8 +42,24 @@ _originals: dict[str, Any] = {}
 _states: dict[str, RowState] = {}
 
 
+BY_DESIGN = "stock by design"
+
+
 def _state(group: Group, row: Row, reason: str) -> RowState:
-    return RowState(group.name, group.layer, row.name, row.target, reason == INSTALLED, reason)
+    installed = reason == INSTALLED
+    expected = installed or reason.startswith(BY_DESIGN)
+    return RowState(group.name, group.layer, row.name, row.target, installed, reason, expected)
+
+
+def _unneeded(row: Row) -> str | None:
+    """Why ``row`` stays stock by design here: a stock source running that does its work."""
+    if not isinstance(row, Patch):
+        return None
+    for pin in row.stock_suffices:
+        if sources.live_failure(pin) is None:
+            read = ", ".join(pin.digests)
+            return f"{BY_DESIGN}: {pin.ref} as on torch {read} does it itself"
+    return None
 
 
 def _record(row: str, owner: Any, attribute: str, ours: Any) -> None:
@@ -70,6 +86,9 @@ def _group_failure(group: Group) -> str | None:
 
 def _row_failure(row: Row) -> str | None:
     """Why ``row`` cannot install here (None: it can)."""
+    unneeded = _unneeded(row)
+    if unneeded is not None:
+        return unneeded
     for pin in row.models:
         reason = sources.live_failure(pin)
         if reason is not None:
@@ -126,14 +145,18 @@ def _swap_outcome(row: ClassSwap, stock: type, record: class_swap.Record) -> str
 def _install_group(group: Group) -> None:
     reason = _group_failure(group)
     failures = {row.name: _row_failure(row) for row in group.rows} if reason is None else {}
-    blocked = reason is None and not group.independent and any(failures.values())
+    blocked = (
+        reason is None
+        and not group.independent
+        and any(why and not why.startswith(BY_DESIGN) for why in failures.values())
+    )
     for row in group.rows:
         if reason is not None:
             outcome = reason
         elif failures[row.name] is not None:
             outcome = failures[row.name]  # type: ignore[assignment]
         elif blocked:
-            first = next(name for name, why in failures.items() if why)
+            first = next(n for n, why in failures.items() if why and not why.startswith(BY_DESIGN))
             outcome = f"stock: {first} cannot install"
         elif isinstance(row, ClassSwap):
             outcome = _apply_swap(group, row)
@@ -248,6 +271,14 @@ def _model_failure(name: str) -> str | None:
     return cached[1]
 
 
+def variant(model: str) -> str | None:
+    """The behaviour ``model`` names for the source running (``Model.variants``, by the version
+    whose digest of its first pin matches); None where no source read is running."""
+    found = table.model(model)
+    digest = sources.live_digest(found.pins[0].ref)
+    return next((found.variants[v] for v, d in found.pins[0].digests.items() if d == digest), None)
+
+
 def holds(model: str) -> bool:
     """The stock behaviour ``model`` names is the one modelled, in this process."""
     return _model_failure(model) is None
@@ -270,4 +301,5 @@ __all__ = [
     "original",
     "states",
     "uninstall",
+    "variant",
 ]

@@ -63,6 +63,9 @@ class Patch:
     #: ``"module:name"`` of the object the attribute must hold when installed (a function bound
     #: by name elsewhere, a stock module attribute), else the row stays stock
     bound: str | None = None
+    #: stock sources that already do what the replacement does: where one is running, the row
+    #: stays stock by design
+    stock_suffices: tuple[Pin, ...] = ()
 
     @property
     def target(self) -> str:
@@ -108,11 +111,24 @@ class Group:
 @dataclass(frozen=True)
 class Model:
     """A modelled stock behaviour the code consults at run time (no attribute replaced): where
-    a pin does not hold, that behaviour takes stock's path."""
+    a pin does not hold, that behaviour takes stock's path. Where the sources read behave
+    differently, ``variants`` names the behaviour of each version read of the first pin, and
+    the code models the one running (``patches.variant``)."""
 
     name: str
     why: str
     pins: tuple[Pin, ...]
+    variants: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", _frozen(self.variants))
+        first = self.pins[0].digests
+        if self.variants and set(self.variants) != set(first):
+            raise ValueError(f"model {self.name}: a variant for each version of its first pin")
+        for version, variant in self.variants.items():
+            same = [v for v, d in first.items() if d == first[version]]
+            if any(self.variants[v] != variant for v in same):
+                raise ValueError(f"model {self.name}: one source read, two variants")
 
 
 @dataclass(frozen=True)
@@ -126,6 +142,8 @@ class RowState:
     installed: bool
     #: ``"installed"`` or why the row is stock
     reason: str
+    #: installed, or stock by design (the running stock source already does the row's work)
+    expected: bool = False
 
 
 @dataclass(frozen=True)

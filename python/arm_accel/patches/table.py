@@ -43,7 +43,11 @@ def _pass_modules(arm: tuple[str, str], transforms: tuple[str, str]) -> tuple[Pi
 
 
 # torch
-PYTHON_CODE = Pin("torch.fx.graph:Graph.python_code", {"2.13.0": "a18c22f227f05adf"})
+PYTHON_CODE = Pin(
+    "torch.fx.graph:Graph.python_code",
+    # 2.14.0: a comment
+    {"2.13.0": "a18c22f227f05adf", "2.14.0": "08f6f43ee67de5ea", "2.15.0": "08f6f43ee67de5ea"},
+)
 FORWARD_FROM_SRC = Pin(
     "torch.fx.graph_module:_forward_from_src", _same("69e8956ea0efa582", *ALL_TORCH)
 )
@@ -57,14 +61,19 @@ REDUCE_PACKAGE = Pin(
 )
 DEPRECATED_BASE_CALL = Pin(
     "torch._export.pass_base:_ExportPassBaseDeprecatedDoNotUse.call",
-    {"2.13.0": "5bba6f4a70059917"},
+    # 2.14.0: is_fake_tensor() for isinstance(FakeTensor): the same on the fake values it reads
+    {"2.13.0": "5bba6f4a70059917", "2.14.0": "a4924e4fde4d617e", "2.15.0": "a4924e4fde4d617e"},
 )
 NODE_SOURCE = Pin("torch.fx.traceback:NodeSource", _same("0e29c3d55d6345c3", "2.13.0", "2.14.0"))
 #: ``NodeSource.__init__`` builds ``node_info`` from the node's name, ``str(target)`` and
 #: ``id(node.graph)``, which ``identity.naming_init`` redoes with the graph's identity
 NODE_SOURCE_INIT = Pin(
-    "torch.fx.traceback:NodeSource.__init__", _same("99395e7f40a4a049", "2.13.0", "2.14.0")
+    "torch.fx.traceback:NodeSource.__init__",
+    # 2.15.0 shares the ancestor records itself; node_info is built as before
+    {"2.13.0": "99395e7f40a4a049", "2.14.0": "99395e7f40a4a049", "2.15.0": "d21b0c932373c74c"},
 )
+#: 2.15.0's constructor shares the chain's records itself (``list(node.meta["from_node"])``)
+NODE_SOURCE_SHARES = Pin("torch.fx.traceback:NodeSource.__init__", {"2.15.0": "d21b0c932373c74c"})
 FAKE_DISPATCH = Pin(
     "torch._subclasses.fake_tensor:FakeTensorMode.dispatch", _same("1bb947a5c9aaef89", *ALL_TORCH)
 )
@@ -79,16 +88,26 @@ CIA_OPS_SOURCES = (
     ),
     Pin("torch._export.utils:_materialize_cpp_cia_ops", _same("51472f6b4e2c3782", *ALL_TORCH)),
     Pin("torch._export.utils:_is_preservable_cia_op", _same("00d78e92c3d6d9f6", *ALL_TORCH)),
-    Pin("torch._export.utils:_check_valid_to_preserve", {"2.13.0": "a225772212a823aa"}),
+    Pin(
+        "torch._export.utils:_check_valid_to_preserve",
+        # 2.14.0: a return annotation
+        {"2.13.0": "a225772212a823aa", "2.14.0": "7f73a8adc723629a", "2.15.0": "7f73a8adc723629a"},
+    ),
     Pin("torch._export.utils:_is_cia_op", _same("4588c37719fb8356", *ALL_TORCH)),
+)
+#: 2.14.0 also registers the rule with the C++ fake dispatch (model ``torch.fake_registration``)
+REGISTER_OP_IMPL = Pin(
+    "torch._subclasses.fake_impls:register_op_impl",
+    {"2.13.0": "405e93300718a185", "2.14.0": "6c0b0bcd047f8a6f", "2.15.0": "6c0b0bcd047f8a6f"},
 )
 CIA_OVERRIDE_SOURCES = (
     Pin(
         "torch.export.exported_program:_override_composite_implicit_decomp",
-        {"2.13.0": "4422dc79d0792af7"},
+        # 2.14.0: a comment's spelling
+        {"2.13.0": "4422dc79d0792af7", "2.14.0": "e96e2a4f053f0684", "2.15.0": "e96e2a4f053f0684"},
     ),
     Pin("torch._ops:OperatorBase.py_impl", _same("8173bd205b783783", *ALL_TORCH)),
-    Pin("torch._subclasses.fake_impls:register_op_impl", {"2.13.0": "405e93300718a185"}),
+    REGISTER_OP_IMPL,
     Pin(
         "torch._subclasses.fake_impls:_is_op_registered_to_fake_rule",
         _same("b42b78458191b7ee", *ALL_TORCH),
@@ -97,6 +116,21 @@ CIA_OVERRIDE_SOURCES = (
 POPULATE_PARAM_META = Pin(
     "torch._export.utils:_populate_param_buffer_metadata_to_new_gm",
     {"2.13.0": "89e75119b33fa818"},
+)
+#: 2.14.0's write-back reads each signature mapping once itself
+POPULATE_READS_ONCE = Pin(
+    "torch._export.utils:_populate_param_buffer_metadata_to_new_gm",
+    _same("94147610844e8976", "2.14.0", "2.15.0"),
+)
+DECOMPOSE_PROGRAM = Pin(
+    "torch.export.exported_program:_decompose_exported_program",
+    {"2.13.0": "1949ba42c1237735", "2.14.0": "da5abd41c5a7decd", "2.15.0": "da5abd41c5a7decd"},
+)
+GEN_PYTHON_CODE = Pin(
+    "torch.fx.graph:CodeGen._gen_python_code",
+    # 2.14.0 reads meta["autograd_backward"] and meta["boxed_arg_indices"] too; 2.15.0: sparse
+    # layout annotations
+    {"2.13.0": "9e367ac7bd7b936d", "2.14.0": "fb7a28207ddb8639", "2.15.0": "a9a0dee20db01b88"},
 )
 
 # ---------------------------------------------------------------- groups, in install order
@@ -171,7 +205,7 @@ GROUPS: tuple[Group, ...] = (
         layer="pipeline",
         why="every ExportPass re-trace of the Arm pipeline and to_edge in place; code generated "
         "when first used",
-        torch=("2.13",),
+        torch=TORCH_VERSIONS,
         rows=(
             Patch(
                 "retrace_engine.call",
@@ -303,6 +337,7 @@ GROUPS: tuple[Group, ...] = (
                 "inside the edge stage a record holds its node's chain, shallow-copied",
                 wraps=True,
                 models=(NODE_SOURCE,),
+                stock_suffices=(NODE_SOURCE_SHARES,),
             ),
         ),
     ),
@@ -385,6 +420,7 @@ GROUPS: tuple[Group, ...] = (
                 "the same writes in the same order, mappings built once",
                 wraps=True,
                 models=(POPULATE_PARAM_META,),
+                stock_suffices=(POPULATE_READS_ONCE,),
                 bound=POPULATE_PARAM_META.ref,
             ),
         ),
@@ -393,7 +429,7 @@ GROUPS: tuple[Group, ...] = (
         name="edge.decompositions",
         layer="edge",
         why="the edge stage's decomposition calls 1 and 2 replayed",
-        torch=("2.13",),
+        torch=TORCH_VERSIONS,
         rows=(
             Patch(
                 "edge.decompositions.stage",
@@ -451,7 +487,30 @@ MODELS: tuple[Model, ...] = (
     Model(
         "aten.conv2d_kernel",
         "conv2d's C++ CompositeImplicitAutograd kernel calls convolution once",
-        (Pin("aten::conv2d (C++ conv2d_symint)", torch=("2.13",)),),
+        # read on 2.13; traced to the same convolution on 2.14.0 and 2.15.0 (biased, unbiased,
+        # strided, grouped, unbatched, integer, half, a bias of another dtype)
+        (Pin("aten::conv2d (C++ conv2d_symint)", torch=TORCH_VERSIONS),),
+    ),
+)
+
+
+MODELS += (
+    Model(
+        "torch.fake_registration",
+        "register_op_impl's filing of a fake rule, which the CIA override repeats",
+        (REGISTER_OP_IMPL,),
+        variants={"2.13.0": "python", "2.14.0": "python and C++", "2.15.0": "python and C++"},
+    ),
+    Model(
+        "torch.program_constants",
+        "the constants dict of the program a decomposition call returns, which the replay builds",
+        (DECOMPOSE_PROGRAM,),
+        variants={"2.13.0": "the input's", "2.14.0": "a new dict", "2.15.0": "a new dict"},
+    ),
+    Model(
+        "torch.code_generator",
+        "what the code generator reads, which the codegen memo and deferred recompiles key on",
+        (GEN_PYTHON_CODE,),
     ),
 )
 

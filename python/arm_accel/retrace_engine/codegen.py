@@ -5,10 +5,15 @@ Each pass of the Arm pipeline recompiles its graph module two or three times (th
 so most recompiles regenerate the very source they generated before. ``Graph.python_code`` is
 memoised per graph on what the generated source is made of (``source_key``: every node by
 identity with its name, op, target, args and kwargs containers by identity, type annotation,
-and the meta the code generator reads: its comments, ``is_wrapped``), and the compiled
+and the meta the code generator reads: its comments, ``is_wrapped``, and from torch 2.14.0 on
+``autograd_backward`` and ``boxed_arg_indices``), and the compiled
 ``forward`` on the source and its globals. Anything else (another code generator, a verbose or
 profiler-instrumented request, ``FX_GRAPH_SHOW_META``, whose comments hold every meta value,
-unhashable targets) is generated as stock generates it."""
+unhashable targets) is generated as stock generates it.
+
+What the key holds is what ``CodeGen._gen_python_code`` reads, pinned to the sources read
+(:data:`GENERATOR_SOURCES`): with another source every ``python_code`` is stock's and no
+recompile is deferred (``deferred.deferrable``)."""
 
 from __future__ import annotations
 
@@ -18,6 +23,15 @@ from collections import OrderedDict
 from typing import Any
 
 from torch import fx
+
+
+def generator_modelled() -> bool:
+    """This torch's code generator reads what :func:`source_key` holds (the table's
+    ``torch.code_generator`` model)."""
+    from arm_accel import patches
+
+    return patches.holds("torch.code_generator")
+
 
 _CACHE_SIZE = 64
 #: Environment variables ``_gen_python_code`` reads.
@@ -83,6 +97,9 @@ def source_key(graph: fx.Graph) -> tuple[tuple[Any, ...], list[Any]]:
             meta.get("recompute"),
             meta.get("ac_graph_id"),
             meta.get("is_wrapped"),
+            # read from torch 2.14.0 on: a prefix of the stack trace comment, boxed arguments
+            meta.get("autograd_backward"),
+            meta.get("boxed_arg_indices"),
         )
         old = old_keys.get(node)
         if old is not None and _same_entry(old, entry):
@@ -136,7 +153,7 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
     """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
         return stock(graph, root_module, **kwargs)
-    if type(graph._codegen) is not fx.graph.CodeGen or shows_meta():
+    if type(graph._codegen) is not fx.graph.CodeGen or shows_meta() or not generator_modelled():
         return stock(graph, root_module, **kwargs)
     try:
         nodes_key, alive = source_key(graph)

@@ -22,7 +22,8 @@ the snapshot.
 Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses
 (but torch.export's ``_StatefulGraphModule``, which ``ExportedProgram.module()`` returns),
 modules with GraphModule children (stock recompiles those too), other code generators,
-``FX_GRAPH_SHOW_META`` (its comments hold every meta value) and profiler metadata.
+``FX_GRAPH_SHOW_META`` (its comments hold every meta value), profiler metadata and a torch
+whose code generator is not a source read (``codegen.generator_modelled``).
 
 One difference, on error paths only: a graph whose code cannot be generated (stock's recompile
 raises) raises when its code is first used, or not at all when a later recompile supersedes it.
@@ -100,7 +101,7 @@ def deferrable(gm: fx.GraphModule) -> bool:
         return False
     if fx_experimental_config.enrich_profiler_metadata:
         return False
-    if codegen.shows_meta():
+    if codegen.shows_meta() or not codegen.generator_modelled():
         return False
     return not any(isinstance(m, fx.GraphModule) for m in gm._modules.values())
 
@@ -171,7 +172,8 @@ def rebuild(snap: Snapshot) -> fx.Graph:
         graph._co_fields = dict(snap.co_fields)
     env: dict[fx.Node, fx.Node] = {}
     for entry, (node, args, kwargs) in zip(snap.key, snap.alive, strict=True):
-        _, name, op, target, _, _, type_, stack_trace, _, recompute, ac_graph_id, wrapped = entry
+        _, name, op, target, _, _, type_, stack_trace, _, recompute, ac_graph_id = entry[:11]
+        wrapped, autograd_backward, boxed_arg_indices = entry[11:]
         if isinstance(target, tuple):  # ("str", name): how the key holds string targets
             target = target[1]
         new = graph.create_node(
@@ -185,6 +187,8 @@ def rebuild(snap: Snapshot) -> fx.Graph:
             ("recompute", recompute),
             ("ac_graph_id", ac_graph_id),
             ("is_wrapped", wrapped),
+            ("autograd_backward", autograd_backward),
+            ("boxed_arg_indices", boxed_arg_indices),
         ):
             if value is not None:
                 new.meta[key] = value
