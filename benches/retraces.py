@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from arm_accel import activation, models, switch
+from arm_accel import activation, models
+from arm_accel.control import switch
 from arm_accel.passes.propagate import accelerated
 from arm_accel.passes.propagate.retrace import count_retraces
 

@@ -18,7 +18,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from arm_accel import counters, models
+from arm_accel import models
+from arm_accel.control import counters
 from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.passes.propagate.retrace import VirtualRetracer

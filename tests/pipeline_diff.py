@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from arm_accel import models, switch
+from arm_accel import models
+from arm_accel.control import switch
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from torch import fx
 

@@ -20,7 +20,8 @@ import arm_accel
 import pytest
 import torch
 import torch.fx
-from arm_accel import PassStats, activation, counters, switch
+from arm_accel import PassStats, activation
+from arm_accel.control import counters, switch
 from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
 
 # A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)

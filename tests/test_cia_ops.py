@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import counters, patches
+from arm_accel import patches
+from arm_accel.control import counters
 from arm_accel.edge import cia_ops
 from torch._export import utils as export_utils
 

@@ -16,9 +16,10 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import counters, patches
+from arm_accel import patches
+from arm_accel.control import counters
+from arm_accel.control.records import PassStats
 from arm_accel.edge import cia_ops, cia_override
-from arm_accel.records import PassStats
 from torch._subclasses import fake_impls
 from torch.export import default_decompositions
 from torch.export import exported_program as ep_module

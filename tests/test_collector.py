@@ -12,7 +12,8 @@ from __future__ import annotations
 import gc
 
 import pytest
-from arm_accel import collector, switch
+from arm_accel import collector
+from arm_accel.control import switch
 
 
 def test_freezes_and_restores() -> None:

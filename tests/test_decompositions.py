@@ -12,7 +12,8 @@ import arm_accel
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import PassStats, counters, models, patches, switch
+from arm_accel import PassStats, models, patches
+from arm_accel.control import counters, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta, subtrace
 from arm_accel.patches import sources, table

@@ -21,7 +21,8 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import patches, retrace_engine, switch
+from arm_accel import patches, retrace_engine
+from arm_accel.control import switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
 from arm_accel.retrace_engine import deferred

@@ -231,7 +231,8 @@ def test_dispatch_level_memo_serves_only_inside_its_block(mode: FakeTensorMode) 
     is served."""
     import threading
 
-    from arm_accel import PassStats, counters, patches
+    from arm_accel import PassStats, patches
+    from arm_accel.control import counters
 
     patches.install(("edge.fake_memo",))
     assert patches.installed("edge.fake_memo")

@@ -22,7 +22,8 @@ from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import _native, counters, models, switch
+from arm_accel import _native, models
+from arm_accel.control import counters, switch
 from arm_accel.devtools import capture
 from arm_accel.devtools.fusion_replay import ACCELERATED, as_class, tosa_context
 from arm_accel.passes import (

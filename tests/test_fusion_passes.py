@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, counters, profiling
+from arm_accel import _native, profiling
+from arm_accel.control import counters
 from arm_accel.devtools.capture import stock_class as _maybe_swapped_class
 from arm_accel.devtools.fusion_replay import (
     ACCELERATED,

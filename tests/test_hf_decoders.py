@@ -10,7 +10,8 @@ import sys
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import counters, models
+from arm_accel import models
+from arm_accel.control import counters
 
 MODEL = "qwen2-2l"
 

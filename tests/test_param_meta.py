@@ -10,7 +10,8 @@ from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import torch
-from arm_accel import PassStats, counters, patches, switch
+from arm_accel import PassStats, patches
+from arm_accel.control import counters, switch
 from arm_accel.edge import param_meta
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import PassStats, Stats, activation, models, switch
+from arm_accel import PassStats, Stats, activation, models
+from arm_accel.control import switch
 from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated
 from arm_accel.passes.propagate.retrace import count_retraces
@@ -34,7 +35,7 @@ def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
 def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
     """Every captured propagation call: ours equals stock (graph, ``modified``), with no more
     re-traces, and ran accelerated (a call that fell back would compare stock with stock)."""
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     records = [r for r in captured if r.pass_name in PASS_NAMES]
     assert records, "the lowering did not call the propagation passes"
@@ -270,7 +271,8 @@ def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
 def test_graph_with_get_attr_declines_to_stock() -> None:
     """A get_attr node's re-traced name is not modelled: the call runs stock (the graph equals
     stock's), counted as a decline with that reason, not as a failure."""
-    from arm_accel import PassStats, counters
+    from arm_accel import PassStats
+    from arm_accel.control import counters
     from arm_accel.testing import assert_graphs_identical
     from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
     from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
@@ -423,7 +425,7 @@ def test_fusion_tracker_is_per_thread() -> None:
 def test_in_loop_fusions_run_accelerated(name: str) -> None:
     """Stock's loop runs the ``backends.transforms`` fusion classes; ours runs their accelerated
     variants (issue 4) and still ends in stock's graph."""
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     horizontal = {
         "PropagateViewCopyPermuteUpPass": "transforms.FuseDuplicateUsersPass",

@@ -19,7 +19,8 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import PassStats, counters, retrace_engine, switch
+from arm_accel import PassStats, retrace_engine
+from arm_accel.control import counters, switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
 from arm_accel.retrace_engine import fake_memo, inplace

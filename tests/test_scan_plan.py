@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import PassStats, _native, counters, switch
+from arm_accel import PassStats, _native
+from arm_accel.control import counters, switch
 from arm_accel.devtools import capture
 from arm_accel.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, counters
+from arm_accel import _native
+from arm_accel.control import counters
 from arm_accel.passes import fuse_duplicate_users as fdu
 from arm_accel.passes.base import _stock_class
 from arm_accel.table import Flag, export_light, with_int_args

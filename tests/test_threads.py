@@ -16,7 +16,8 @@ import fuzz_models as fm
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, counters, models, switch, table
+from arm_accel import _native, models, table
+from arm_accel.control import counters, switch
 from arm_accel.passes.base import GuardedCallMixin
 from fuzz_models import Op, Spec
 from support.native import needs_testing

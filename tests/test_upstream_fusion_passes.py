@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from arm_accel import counters
+from arm_accel.control import counters
 from arm_accel.devtools.fusion_replay import ACCELERATED
 from arm_accel.passes import (
     canonicalize,

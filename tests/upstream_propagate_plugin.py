@@ -24,7 +24,7 @@ _DIFF = {"compared": 0, "raised_alike": 0, "not_copyable": 0}
 
 
 def _differential(cls: type) -> None:
-    from arm_accel import switch
+    from arm_accel.control import switch
     from arm_accel.testing import assert_graphs_equal
 
     ours_call = cls.call
@@ -68,7 +68,7 @@ def pytest_configure(config: object) -> None:
     import executorch.backends.arm._passes.arm_pass_manager as apm
     import executorch.backends.arm._passes.propagate_view_copy_permute_pass as arm_mod
     import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
-    from arm_accel import switch
+    from arm_accel.control import switch
     from arm_accel.passes.propagate import accelerated
 
     # Run with ARM_ACCEL=0 so the activation hook swaps nothing else in; turn the switch on
@@ -89,7 +89,7 @@ def pytest_configure(config: object) -> None:
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     print("\nARM_ACCEL_STATS " + json.dumps(counters.snapshot().as_dict()))
     print("ARM_ACCEL_DIFFERENTIAL " + json.dumps(_DIFF))

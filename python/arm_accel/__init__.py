@@ -14,8 +14,8 @@ Controls: env ``ARM_ACCEL=0``; :func:`enable`, :func:`disable` (process-wide def
 # No ``typing``/``__future__`` import here: this module is imported at interpreter start-up.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from arm_accel.records import PassStats, Stats, Status
-    from arm_accel.switch import disabled, enabled, is_enabled
+    from arm_accel.control.records import PassStats, Stats, Status
+    from arm_accel.control.switch import disabled, enabled, is_enabled
 
     __version__: str
 
@@ -38,7 +38,8 @@ __all__ = [
 def enable(force: bool = False) -> None:
     """Turn acceleration on: swap the accelerated passes in now if executorch's Arm passes are
     loaded, else when they are. ``force`` skips the executorch/torch version guard."""
-    from arm_accel import activation, switch
+    from arm_accel import activation
+    from arm_accel.control import switch
 
     switch.set_enabled(True)
     activation.ensure_active(force=force)
@@ -47,14 +48,14 @@ def enable(force: bool = False) -> None:
 def disable() -> None:
     """Turn acceleration off: swapped-in passes run pure stock behaviour from their next call
     (in every thread; inside a ``with disabled()/enabled()`` block, for that block only)."""
-    from arm_accel import switch
+    from arm_accel.control import switch
 
     switch.set_enabled(False)
 
 
 def reset_stats() -> None:
     """Clear every :func:`stats` entry (the recording starts over)."""
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     counters.reset()
 
@@ -63,7 +64,7 @@ def stats() -> "Stats":
     """Per entry (an accelerated pass by its stock name, ``"<Pass>.retrace"``, ``"to_edge.*"``)
     the calls, accelerated runs, fallbacks by reason, re-traces and seconds recorded since the
     last :func:`reset_stats`; ``.as_dict()`` for JSON."""
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     return counters.snapshot()
 
@@ -77,12 +78,12 @@ def status() -> "Status":
 
 
 _LAZY = {
-    "disabled": "arm_accel.switch",
-    "enabled": "arm_accel.switch",
-    "is_enabled": "arm_accel.switch",
-    "PassStats": "arm_accel.records",
-    "Stats": "arm_accel.records",
-    "Status": "arm_accel.records",
+    "disabled": "arm_accel.control.switch",
+    "enabled": "arm_accel.control.switch",
+    "is_enabled": "arm_accel.control.switch",
+    "PassStats": "arm_accel.control.records",
+    "Stats": "arm_accel.control.records",
+    "Status": "arm_accel.control.records",
     "__version__": "arm_accel._native",
 }
 

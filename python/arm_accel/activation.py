@@ -20,7 +20,7 @@ from arm_accel.patches import table
 from arm_accel.patches.class_swap import PASSES_PACKAGE, resolve_stock
 
 if TYPE_CHECKING:
-    from arm_accel.records import Status
+    from arm_accel.control.records import Status
 
 logger = logging.getLogger("arm_accel")
 
@@ -74,8 +74,9 @@ def _group_summary(states: tuple[object, ...], group: str, default: str) -> str:
 
 def status() -> Status:
     """Where activation stands: the versions, what the table installed and why not."""
-    from arm_accel import _hook, patches, switch
-    from arm_accel.records import Status
+    from arm_accel import _hook, patches
+    from arm_accel.control import switch
+    from arm_accel.control.records import Status
 
     with _lock:
         rows = patches.states()

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from arm_accel.control.records import Stats, Status
     from arm_accel.profiling import Profile
-    from arm_accel.records import Stats, Status
 
 T = TypeVar("T")
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from arm_accel import switch
+from arm_accel.control import switch
 
 #: Collections of the middle generation between two full collections (CPython's default: 10).
 OLD_GENERATION_THRESHOLD = 100

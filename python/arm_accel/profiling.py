@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from arm_accel.records import Stats
+    from arm_accel.control.records import Stats
 
 # The five view/permute passes arm-accel accelerates (the propagation pass comes in an Up and
 # a Down class; both count as the fifth).
@@ -434,7 +434,7 @@ def stats_delta(
     over the entries ``entries`` selects (the accelerated passes by default)."""
     if before is None or after is None:
         return None, None
-    from arm_accel.records import PassStats
+    from arm_accel.control.records import PassStats
 
     acc = fb = 0
     for name, s in after.items():

@@ -14,7 +14,8 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from arm_accel import models, switch
+from arm_accel import models
+from arm_accel.control import switch
 from arm_accel.devtools import capture
 from arm_accel.passes import (
     canonicalize,

@@ -51,7 +51,7 @@ def collection(stock: Any) -> Any:
 
     @functools.wraps(stock)
     def collect() -> Any:
-        from arm_accel import counters
+        from arm_accel.control import counters
 
         if not _scope.active():
             return stock()

@@ -70,7 +70,7 @@ def overriding(cia_ops_to_callable: dict[Any, Callable[..., Any]]) -> Iterator[N
     from torch._subclasses import fake_impls
     from torch.export import exported_program as ep_module
 
-    from arm_accel import counters
+    from arm_accel.control import counters
 
     t0 = time.perf_counter()
     native = _registers_natively()
@@ -131,7 +131,7 @@ def override(stock: Any) -> Any:
 
     @functools.wraps(stock)
     def override(cia_ops_to_callable: Any) -> AbstractContextManager[None]:
-        from arm_accel import counters
+        from arm_accel.control import counters
 
         if not cia_ops.collecting():
             return stock(cia_ops_to_callable)

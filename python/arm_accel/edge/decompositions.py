@@ -516,7 +516,7 @@ def _decompose(
 ) -> ExportedProgram:
     """One decomposition call of the stage: replayed when provably a no-op, else stock; with
     acceleration on, either builds its provenance records sharing their ancestors."""
-    from arm_accel import counters, switch
+    from arm_accel.control import counters, switch
 
     if not switch.is_enabled():
         return stock(ep, table, triton)
@@ -541,7 +541,7 @@ def _decompose_sharing(
 ) -> ExportedProgram:
     """:func:`_decompose` with acceleration on, provenance records shared (the replay's unlift
     and the stock call's trace alike, see :mod:`arm_accel.edge.provenance`)."""
-    from arm_accel import counters, switch
+    from arm_accel.control import counters, switch
 
     t0 = time.perf_counter()
     if index == 0:

@@ -58,7 +58,7 @@ def populate(params_buffers_to_node_meta: dict[str, Any], gm: Any, new_sig: Any)
 def dispatching(stock: Any) -> Any:
     @functools.wraps(stock)
     def populate_param_buffer_metadata(*args: Any, **kwargs: Any) -> None:
-        from arm_accel import counters, switch
+        from arm_accel.control import counters, switch
 
         if kwargs or not _scope.active() or not switch.is_enabled():
             return stock(*args, **kwargs)

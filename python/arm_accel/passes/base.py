@@ -24,16 +24,16 @@ and declare it as a ``ClassSwap`` row of the patch table's ``passes`` group
 
 ``AcceleratedPass.call`` then:
 
-- runs the stock ``call`` when :func:`arm_accel.switch.is_enabled` is False (``ARM_ACCEL=0``,
-  ``arm_accel.disable()``, ``with arm_accel.disabled():``);
+- runs the stock ``call`` when :func:`arm_accel.control.switch.is_enabled` is False
+  (``ARM_ACCEL=0``, ``arm_accel.disable()``, ``with arm_accel.disabled():``);
 - runs ``accel_plan``; a :class:`Decline` or any exception there means stock fallback (the graph
   has not been touched);
 - runs ``accel_apply`` with a fresh :class:`GraphJournal`, then commits it; any exception there
   rolls the journal back (graph, node order, metadata and node-name counters restored) and runs the
   stock ``call`` on the restored graph;
 - records calls / accelerated runs / fallbacks with reasons / re-traces (``self.note_retrace()``)
-  / seconds in :mod:`arm_accel.counters` under the stock class name;
-- with ``ARM_ACCEL_STRICT=1`` (:func:`arm_accel.switch.strict`) an exception other than a
+  / seconds in :mod:`arm_accel.control.counters` under the stock class name;
+- with ``ARM_ACCEL_STRICT=1`` (:func:`arm_accel.control.switch.strict`) an exception other than a
   :class:`Decline` is re-raised after the rollback instead of falling back (the test suite runs
   strict, so a bug cannot hide behind a silent fallback).
 
@@ -53,7 +53,7 @@ from typing import Any, ClassVar
 
 import torch.fx
 
-from arm_accel import counters, switch
+from arm_accel.control import counters, switch
 from arm_accel.retrace_engine import identity
 
 logger = logging.getLogger("arm_accel")

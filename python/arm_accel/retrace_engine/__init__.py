@@ -9,7 +9,7 @@ manager runs goes through :func:`accelerated_call`.
   re-trace (after the in-place one has undone its changes), counted in ``arm_accel.stats()``
   under ``"<Pass>.retrace"`` with the reason.
 - Only inside ``ArmPassManager._transform`` (the Arm pipeline), and only while
-  :func:`arm_accel.switch.is_enabled`.
+  :func:`arm_accel.control.switch.is_enabled`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from arm_accel import collector, counters, switch
+from arm_accel import collector
+from arm_accel.control import counters, switch
 from arm_accel.patches import original
 from arm_accel.retrace_engine import codegen, deferred
 from arm_accel.scopes import ThreadScope

@@ -59,7 +59,7 @@ from torch._subclasses.fake_tensor import (
 )
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from arm_accel import counters
+from arm_accel.control import counters
 from arm_accel.scopes import ThreadScope
 
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the

@@ -21,7 +21,7 @@ import traceback
 import types
 from typing import Any
 
-from arm_accel import counters, switch
+from arm_accel.control import counters, switch
 
 STATS_NAME = "retrace_engine.stack_entry"
 #: Stock collapses a run of more than this many identical frames (``traceback._RECURSIVE_CUTOFF``).

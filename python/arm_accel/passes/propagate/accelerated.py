@@ -52,7 +52,7 @@ from executorch.backends.arm._passes.propagate_view_copy_permute_pass import (
 from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
-from arm_accel import counters, switch
+from arm_accel.control import counters, switch
 from arm_accel.passes.base import GraphJournal, _stock_class, stage
 from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass

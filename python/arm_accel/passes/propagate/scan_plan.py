@@ -33,7 +33,8 @@ from executorch.backends.transforms.propagate_view_copy_permute_pass import _For
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx
 
-from arm_accel import _native, counters
+from arm_accel import _native
+from arm_accel.control import counters
 from arm_accel.passes.base import _stock_class, stage
 from arm_accel.passes.propagate.retrace import (
     mirror_names_and_provenance,

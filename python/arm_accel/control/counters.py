@@ -11,15 +11,15 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from arm_accel.records import PassStats, Stats
+from arm_accel.control.records import PassStats, Stats
 
 _lock = threading.Lock()
 
 
 @dataclass
 class _Counts:
-    """The running counters of one entry; :class:`~arm_accel.records.PassStats` is its frozen
-    snapshot (same fields)."""
+    """The running counters of one entry; :class:`~arm_accel.control.records.PassStats` is its
+    frozen snapshot (same fields)."""
 
     calls: int = 0
     accelerated: int = 0
