@@ -2,7 +2,7 @@
 
 Measure (default): per zoo model and call, the seconds; the same call run again (after the
 profiled run, so warm) with deep copies and then with provenance records sharing their ancestors
-(``arm_accel.edge.provenance``); the nodes the call changes (structure compared up to renaming;
+(``arm_accel.runtime.provenance``); the nodes the call changes (structure compared up to renaming;
 renamed nodes counted apart; the rewritten nodes listed after the table) and where the time goes
 inside (a profiled run of the same call on the same input, tottime grouped by the code it is
 spent in). Stock's calls (acceleration off); sharing is switched on for its own run only.
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 from arm_accel import models, patches
-from arm_accel.edge import provenance
+from arm_accel.runtime import provenance
 from torch import fx
 from torch.export import ExportedProgram
 

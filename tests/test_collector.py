@@ -1,4 +1,4 @@
-"""The garbage collector inside the stages arm-accel serves (``arm_accel.collector``).
+"""The garbage collector inside the stages arm-accel serves (``arm_accel.runtime.collector``).
 
 Compares the collector's state (frozen objects, thresholds) inside and after a scope with what
 it was before: changed inside only with acceleration on and nothing frozen by the process,
@@ -12,8 +12,8 @@ from __future__ import annotations
 import gc
 
 import pytest
-from arm_accel import collector
 from arm_accel.control import switch
+from arm_accel.runtime import collector
 
 
 def test_freezes_and_restores() -> None:

@@ -17,7 +17,7 @@ from arm_accel.control import counters, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta, subtrace
 from arm_accel.patches import sources, table
-from arm_accel.retrace_engine import fake_memo
+from arm_accel.runtime import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
 from torch import fx
@@ -135,7 +135,7 @@ def test_call_results_get_their_code_when_used(
     ``forward`` signature); stock's results have theirs at once."""
     import inspect
 
-    from arm_accel.retrace_engine import deferred
+    from arm_accel.runtime import deferred
 
     model, inputs, mode = models.build("dscnnkws")
     exported = models.export_for_arm(model, inputs, mode)
@@ -183,7 +183,7 @@ def test_shared_provenance_equals_deep_copy(active: None) -> None:
     records itself (2.15.0) nothing is wrapped and every record shares them."""
     import threading
 
-    from arm_accel.edge import provenance
+    from arm_accel.runtime import provenance
     from torch.fx.traceback import NodeSource, NodeSourceAction
 
     deep_copies = sources.live_failure(table.NODE_SOURCE_SHARES) is not None

@@ -1,5 +1,5 @@
 """Issue 13: recompiles in the Arm pipeline generate their code on first use
-(:mod:`arm_accel.retrace_engine.deferred`), and that code is the code stock's recompile
+(:mod:`arm_accel.runtime.deferred`), and that code is the code stock's recompile
 generated at the recompile.
 
 Each test runs the same steps twice, with acceleration on inside the pipeline scope and with it
@@ -25,7 +25,7 @@ from arm_accel import patches, retrace_engine
 from arm_accel.control import switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
-from arm_accel.retrace_engine import deferred
+from arm_accel.runtime import deferred
 from torch import fx
 
 
@@ -158,7 +158,7 @@ def test_successive_snapshots_share_what_did_not_change() -> None:
     very entries and ``custom`` copies; after an edit, the edited nodes' entries and the changed
     ``custom`` are new, and the key equals one computed with nothing to share (so sharing
     changes no key: the code-equality tests above and the lowering's cover the code)."""
-    from arm_accel.retrace_engine import codegen
+    from arm_accel.runtime import codegen
 
     gm = traced()
     relu = next(n for n in gm.graph.nodes if n.target is torch.relu)

@@ -15,7 +15,7 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel.retrace_engine import fake_memo
+from arm_accel.runtime import fake_memo
 from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
 from executorch.exir.dialects._ops import ops as exir_ops
 from torch import fx

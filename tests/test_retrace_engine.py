@@ -23,7 +23,8 @@ from arm_accel import PassStats, retrace_engine
 from arm_accel.control import counters, switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
-from arm_accel.retrace_engine import fake_memo, inplace
+from arm_accel.retrace_engine import inplace
+from arm_accel.runtime import fake_memo
 from arm_accel.testing import assert_graphs_identical
 from executorch.backends.arm._passes.arm_pass import ArmPass
 from executorch.exir import to_edge
@@ -323,7 +324,7 @@ def test_a_rolled_back_transaction_restores_the_graphs_identity(
     """A transaction renewed the graph's identity (a re-trace inside it) and rolled back: the
     graph is the one it was, and records made from it name what they named before."""
     from arm_accel.passes.base import GraphJournal
-    from arm_accel.retrace_engine import identity
+    from arm_accel.runtime import identity
 
     gm = copy.deepcopy(edge_graph)
     before = identity.graph_id(gm.graph)
@@ -539,7 +540,7 @@ def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch
     the per-graph memo cannot have seen). Recompiles run at once here (``deferred`` off): with
     it on, the memo serves only code generated on use."""
     from arm_accel import models
-    from arm_accel.retrace_engine import codegen, deferred
+    from arm_accel.runtime import codegen, deferred
 
     monkeypatch.setattr(deferred, "deferrable", lambda gm: False)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 from arm_accel.control import counters, switch
-from arm_accel.retrace_engine import stack_entry
+from arm_accel.runtime import stack_entry
 
 Format = Callable[[], list[str]]
 

@@ -26,7 +26,7 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-from arm_accel.scopes import ThreadScope
+from arm_accel.runtime.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per collection that materialized once.
 STATS_NAME = "to_edge.cia_ops"

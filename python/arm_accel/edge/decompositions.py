@@ -18,9 +18,9 @@ ExportedProgram. The nodes whose target was swapped since the last trace run onc
 (their kernels may annotate ``custom``); every other node computes what it computed last time.
 Anything else runs the stock call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
 with the reason. Every call of the stage, replayed or stock, builds its provenance records
-sharing their ancestors (:mod:`arm_accel.edge.provenance`, counted under its ``STATS_NAME``),
+sharing their ancestors (:mod:`arm_accel.runtime.provenance`, counted under its ``STATS_NAME``),
 and with the fake values of quantize/dequantize remembered per fake mode under
-``FakeTensorMode.dispatch`` (:mod:`arm_accel.retrace_engine.fake_memo`: their kernels run on
+``FakeTensorMode.dispatch`` (:mod:`arm_accel.runtime.fake_memo`: their kernels run on
 every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only), with each
 collection of CIA ops materializing them once (:mod:`arm_accel.edge.cia_ops`), and with the
 CIA override's patches written without their decorators (:mod:`arm_accel.edge.cia_override`).
@@ -52,9 +52,9 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from arm_accel import collector, patches, retrace_engine
-from arm_accel.edge import cia_ops, param_meta, provenance, subtrace
-from arm_accel.retrace_engine import deferred, fake_memo
+from arm_accel import patches, retrace_engine
+from arm_accel.edge import cia_ops, param_meta, subtrace
+from arm_accel.runtime import collector, deferred, fake_memo, provenance
 
 STATS_NAME = "to_edge.run_decompositions"
 
@@ -540,7 +540,7 @@ def _decompose_sharing(
     stage: _Stage, index: int, ep: ExportedProgram, table: Any, triton: bool, stock: Any
 ) -> ExportedProgram:
     """:func:`_decompose` with acceleration on, provenance records shared (the replay's unlift
-    and the stock call's trace alike, see :mod:`arm_accel.edge.provenance`)."""
+    and the stock call's trace alike, see :mod:`arm_accel.runtime.provenance`)."""
     from arm_accel.control import counters, switch
 
     t0 = time.perf_counter()

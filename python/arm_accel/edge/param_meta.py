@@ -24,7 +24,7 @@ import time
 from contextlib import AbstractContextManager
 from typing import Any
 
-from arm_accel.scopes import ThreadScope
+from arm_accel.runtime.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per metadata write-back in the stage.
 STATS_NAME = "to_edge.param_meta"

@@ -54,7 +54,7 @@ from typing import Any, ClassVar
 import torch.fx
 
 from arm_accel.control import counters, switch
-from arm_accel.retrace_engine import identity
+from arm_accel.runtime import identity
 
 logger = logging.getLogger("arm_accel")
 

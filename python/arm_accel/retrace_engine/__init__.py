@@ -24,11 +24,10 @@ import torch
 from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
-from arm_accel import collector
 from arm_accel.control import counters, switch
 from arm_accel.patches import original
-from arm_accel.retrace_engine import codegen, deferred
-from arm_accel.scopes import ThreadScope
+from arm_accel.runtime import codegen, collector, deferred
+from arm_accel.runtime.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
 

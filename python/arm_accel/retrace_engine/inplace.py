@@ -50,8 +50,8 @@ from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel import patches
-from arm_accel.retrace_engine import fake_memo, identity
 from arm_accel.retrace_engine.passthrough import passthrough
+from arm_accel.runtime import fake_memo, identity
 
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason

@@ -36,7 +36,8 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from arm_accel.retrace_engine import identity, inplace
+from arm_accel.retrace_engine import inplace
+from arm_accel.runtime import identity
 
 _local = threading.local()
 

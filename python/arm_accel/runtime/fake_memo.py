@@ -60,7 +60,7 @@ from torch._subclasses.fake_tensor import (
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from arm_accel.control import counters
-from arm_accel.scopes import ThreadScope
+from arm_accel.runtime.scopes import ThreadScope
 
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
 #: positions of the arguments their fake kernels never read (left out of the key, so that nodes

@@ -7,7 +7,7 @@ re-trace and the propagation passes' modelled re-traces keep one graph object, s
 gives the graph a new *identity* when it ends (:func:`renew`): an empty ``fx.Graph`` standing in
 for the graph stock's re-trace would have built. Every record made from the graph's nodes names
 its current identity (:func:`graph_id`: ``NodeSource.__init__`` wrapped by :func:`naming_init`, and
-the sharing constructor of :mod:`arm_accel.edge.provenance`), so records fall into graphs as
+the sharing constructor of :mod:`arm_accel.runtime.provenance`), so records fall into graphs as
 stock's do (design.md, the in-place re-trace).
 
 The stand-ins live as long as their graph, so their ids stay distinct from one another and from

@@ -44,7 +44,7 @@ from torch.fx import graph_module as fx_graph_module
 from torch.fx.experimental import _config as fx_experimental_config
 from torch.fx.graph import CodeGen, PythonCode, _PyTreeCodeGen
 
-from arm_accel.retrace_engine import codegen
+from arm_accel.runtime import codegen
 
 #: The attributes stock's recompile sets on the module that are read back as they were set.
 LAZY_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start")

@@ -25,8 +25,8 @@ from typing import Any
 
 from torch.fx import traceback as fx_traceback
 
-from arm_accel.retrace_engine import identity
-from arm_accel.scopes import ThreadScope
+from arm_accel.runtime import identity
+from arm_accel.runtime.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
 STATS_NAME = "to_edge.provenance"
