@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def scan_run_counts() -> Iterator[dict[str, Counter[int]]]:
     """Per propagation pass, how many native runs of scans planned each number of scans
     (``scan_plan.run_scans``' result, which ``stats()`` sums into ``scans_native``)."""
-    from arm_accel.passes.propagate import scan_plan
+    from arm_accel.pipeline.passes.propagate import scan_plan
 
     counts: dict[str, Counter[int]] = {}
     original = scan_plan.run_scans

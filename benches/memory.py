@@ -43,7 +43,7 @@ def edge_graph(blocks: int):  # -> fx.GraphModule
 
 def measure_export(gm) -> tuple[int, int, dict[str, np.ndarray]]:
     """(tracemalloc peak bytes of export_table, node count, the columns)."""
-    from arm_accel import table
+    from arm_accel.native import table
 
     table.export_table(gm)  # warm caches (target classification)
     tracemalloc.start()

@@ -22,8 +22,8 @@ from typing import Any
 
 from arm_accel import activation, models
 from arm_accel.control import switch
-from arm_accel.passes.propagate import accelerated
-from arm_accel.passes.propagate.retrace import count_retraces
+from arm_accel.pipeline.passes.propagate import accelerated
+from arm_accel.pipeline.passes.propagate.retrace import count_retraces
 
 NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from arm_accel import PassStats, activation
 from arm_accel.control import counters, switch
-from arm_accel.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal
 
 # A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)
 # and that another executorch module (fold_qdq_with_annotated_qparams_pass) imports by name.
@@ -30,7 +30,7 @@ STOCK = "RemoveNoopPass"
 
 DOUBLE = '''
 from executorch.backends.arm._passes.remove_noop_pass import RemoveNoopPass
-from arm_accel.passes.base import AcceleratedPass
+from arm_accel.pipeline.passes.base import AcceleratedPass
 
 class DoubleNoop(AcceleratedPass, RemoveNoopPass):
     """Test double: "accelerated" path = the stock work, counted."""
@@ -171,7 +171,7 @@ def test_env_off_then_enable(tmp_path: Path) -> None:
 
 IMPORT_OURS_FIRST = r"""
 import json, sys
-import arm_accel.passes.propagate  # imports executorch's Arm passes while still executing
+import arm_accel.pipeline.passes.propagate  # imports executorch's Arm passes while still executing
 import arm_accel
 from arm_accel.patches import table
 import executorch.backends.arm._passes as pkg

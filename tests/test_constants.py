@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import enum
 
-from arm_accel import _native, table
-from arm_accel.passes.propagate import scan_plan
+from arm_accel import _native
+from arm_accel.native import table
+from arm_accel.pipeline.passes.propagate import scan_plan
 
 PYTHON: dict[str, type[enum.Enum]] = {
     "op": table.Op,

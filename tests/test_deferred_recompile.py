@@ -21,10 +21,11 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import patches, retrace_engine
+from arm_accel import patches
 from arm_accel.control import switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
+from arm_accel.pipeline import engine
 from arm_accel.runtime import deferred
 from torch import fx
 
@@ -85,7 +86,7 @@ def run(steps: Callable[[fx.GraphModule], Any], accelerated: bool) -> tuple[Any,
     gm = traced()
     previous = switch.set_enabled(accelerated)
     try:
-        with retrace_engine.arm_pipeline():
+        with engine.arm_pipeline():
             value = steps(gm)
             return value, readable(gm)
     finally:
@@ -167,7 +168,7 @@ def test_successive_snapshots_share_what_did_not_change() -> None:
     add.meta["custom"] = {"tag": "b"}
     previous = switch.set_enabled(True)
     try:
-        with retrace_engine.arm_pipeline():
+        with engine.arm_pipeline():
             gm.recompile()
             first = deferred.pending(gm)
             gm.recompile()
@@ -229,7 +230,7 @@ def test_declined_recompiles_run_at_once(case: str, monkeypatch: pytest.MonkeyPa
     if case == "outside the pipeline":
         gm.recompile()
     else:
-        with retrace_engine.arm_pipeline():
+        with engine.arm_pipeline():
             gm.recompile()
     assert deferred.pending(gm) is None
     if case == "submodule":
@@ -290,7 +291,7 @@ def test_pytree_info_replaced_after_the_recompile_keeps_the_recompiled_code() ->
         gm = traced()
         previous = switch.set_enabled(accelerated)
         try:
-            with retrace_engine.arm_pipeline():
+            with engine.arm_pipeline():
                 with_pytree_codegen(gm)
                 add_neg(gm)
                 gm.recompile()
@@ -320,7 +321,7 @@ def test_deferred_outside_the_pipeline_keeps_stocks_file_names() -> None:
         gm = traced()
         previous = switch.set_enabled(accelerated)
         try:
-            with retrace_engine.deferring_recompiles():
+            with engine.deferring_recompiles():
                 start = loader.next_id
                 gm.recompile()
                 add_neg(gm)
@@ -365,7 +366,7 @@ def test_unlifted_module_is_deferred_like_stock() -> None:
     def steps(accelerated: bool) -> tuple[Any, ...]:
         previous = switch.set_enabled(accelerated)
         try:
-            with retrace_engine.deferring_recompiles():
+            with engine.deferring_recompiles():
                 start = loader.next_id
                 gm = ep.module()
                 pending = deferred.pending(gm) is not None

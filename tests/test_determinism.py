@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from arm_accel import _native, table
+from arm_accel import _native
 from arm_accel.control import switch
-from arm_accel.passes.base import AcceleratedPass, Decline
+from arm_accel.native import table
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline
 from arm_accel.testing import assert_graphs_equal
 from conftest import captured_lowering
 from torch import fx

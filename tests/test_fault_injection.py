@@ -26,15 +26,15 @@ from arm_accel import _native, models
 from arm_accel.control import counters, switch
 from arm_accel.devtools import capture
 from arm_accel.devtools.fusion_replay import ACCELERATED, as_class, tosa_context
-from arm_accel.passes import (
+from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
     remove_permutes_around_elementwise,
 )
-from arm_accel.passes.base import _stock_class
-from arm_accel.passes.propagate import accelerated, scan_plan
-from arm_accel.passes.propagate.retrace import VirtualRetracer
+from arm_accel.pipeline.passes.base import _stock_class
+from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
+from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.pass_base import _ExportPassBase
 from support.native import needs_testing

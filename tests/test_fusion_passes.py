@@ -26,14 +26,14 @@ from arm_accel.devtools.fusion_replay import (
     pass_pairs,
     tosa_context,
 )
-from arm_accel.passes import (
+from arm_accel.native.table import Cls, empty_columns, export_table
+from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
     remove_permutes_around_elementwise,
 )
-from arm_accel.passes.base import _stock_class
-from arm_accel.table import Cls, empty_columns, export_table
+from arm_accel.pipeline.passes.base import _stock_class
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
     CanonicalizeViewCopyPermutePass as BaseCanonicalize,
@@ -469,7 +469,7 @@ def _chain_cls() -> Callable[[Any], int]:
 @needs_testing
 @pytest.mark.parametrize("seed", range(3))
 def test_light_table_matches_full_export_for_the_kernels(seed: int) -> None:
-    from arm_accel.table import export_light
+    from arm_accel.native.table import export_light
 
     gm = _edge(RandomNet(seed, 60), torch.randn(4, 4), torch.randn(4, 4))
     full = export_table(gm, frozenset({"x"}), classifier=_chain_cls())
@@ -489,7 +489,7 @@ def test_light_table_matches_full_export_for_the_kernels(seed: int) -> None:
 
 
 def test_light_subset_export_is_the_induced_subgraph() -> None:
-    from arm_accel.table import call_nodes_with_targets, export_light, with_users
+    from arm_accel.native.table import call_nodes_with_targets, export_light, with_users
 
     gm = _edge(RandomNet(1, 60), torch.randn(4, 4), torch.randn(4, 4))
     stock = BaseCanonicalize()

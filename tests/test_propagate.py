@@ -19,8 +19,8 @@ import torch
 from arm_accel import PassStats, Stats, activation, models
 from arm_accel.control import switch
 from arm_accel.devtools import capture
-from arm_accel.passes.propagate import accelerated
-from arm_accel.passes.propagate.retrace import count_retraces
+from arm_accel.pipeline.passes.propagate import accelerated
+from arm_accel.pipeline.passes.propagate.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
@@ -129,7 +129,7 @@ class _DuplicateUsers(torch.nn.Module):
 def test_fusion_virtual_retrace_equals_export_pass_retrace() -> None:
     """A fusion ends with a bare ``ExportPass.call``: no DCE (dead nodes are re-created),
     every value recomputed, users in graph order. The virtual one must give the same graph."""
-    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
     from executorch.exir.dialects._ops import ops as exir_ops
 
@@ -224,7 +224,7 @@ def test_virtual_retrace_names_and_provenance_equal_a_real_retrace() -> None:
     gives every node the name and ``from_node`` a real ``ExportPass`` re-trace gives (records
     naming the same graphs), leaves the same name space (a node created afterwards gets the
     same name in both) and, as the real one's new graph, a new identity to the graph."""
-    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
     from arm_accel.testing import GraphLabels, meta_signature, source_signature
     from executorch.exir.dialects._ops import ops as exir_ops
     from executorch.exir.pass_base import ExportPass
@@ -302,7 +302,7 @@ def test_stale_input_values_are_refreshed_by_the_first_retrace() -> None:
     """A real re-trace refreshes every value, an incremental one only what is downstream of
     an edit: the first re-trace of a call recomputes every value (``full``), so a stale value
     in the input is refreshed where stock's first real re-trace refreshes it."""
-    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
     from executorch.backends.arm.tosa.specification import TosaLoweringContext, TosaSpecification
     from executorch.exir.pass_base import ExportPass
@@ -403,7 +403,7 @@ def test_fusion_tracker_is_per_thread() -> None:
     at once must not apply each other's virtual re-traces)."""
     import threading
 
-    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
     from executorch.backends.transforms.fuse_duplicate_users_pass import FuseDuplicateUsersPass
 
     fusion = accelerated._virtualized(FuseDuplicateUsersPass)()

@@ -1,8 +1,8 @@
 """Issue 13: the in-place re-trace equals stock's ``ExportPass`` re-trace, node for node.
 
 Each test runs a pass's re-trace twice on copies of one graph: stock (``_ExportPassBase.call``
-as executorch defines it) and through the engine (:func:`arm_accel.retrace_engine.accelerated_call`
-inside :func:`arm_accel.retrace_engine.arm_pipeline`), then compares the two results with
+as executorch defines it) and through the engine (:func:`arm_accel.pipeline.engine.accelerated_call`
+inside :func:`arm_accel.pipeline.engine.arm_pipeline`), then compares the two results with
 :func:`arm_accel.testing.assert_graphs_identical` (names, order, targets, args, kwargs, every
 meta key, the name space), and checks in ``arm_accel.stats()`` that the engine took the
 in-place path (a fallback would compare stock with stock).
@@ -19,11 +19,11 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import PassStats, retrace_engine
+from arm_accel import PassStats
 from arm_accel.control import counters, switch
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
-from arm_accel.retrace_engine import inplace
+from arm_accel.pipeline import engine, inplace
 from arm_accel.runtime import fake_memo
 from arm_accel.testing import assert_graphs_identical
 from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -66,7 +66,7 @@ def stock_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
 
 
 def engine_retrace(pass_: ExportPass, graph_module: fx.GraphModule) -> Any:
-    with retrace_engine.arm_pipeline():
+    with engine.arm_pipeline():
         return pass_.call(graph_module)
 
 
@@ -176,7 +176,7 @@ def test_passthrough_reads_the_guard() -> None:
     """``passthrough`` knows which operators the pass's ``call_operator`` hands on untouched:
     all for a pass without one, all but ``target_ops`` behind the usual guard, none when
     anything else happens first or the guard changes the arguments."""
-    from arm_accel.retrace_engine.passthrough import passthrough
+    from arm_accel.pipeline.passthrough import passthrough
 
     assert passthrough(Identity())(ADD) and passthrough(Identity())(RELU)  # type: ignore[misc]
     guarded = passthrough(GuardedAddToSub())
@@ -196,7 +196,7 @@ def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch
     ``MemoryFormatOpsPass`` only the edge memory-format operators; ``ScalarToTensorPass`` and
     ``SymToTensorPass`` rebuild every call unchanged (where they run in place), but only while
     their source is the one read."""
-    from arm_accel.retrace_engine import passthrough as pt
+    from arm_accel.pipeline import passthrough as pt
     from executorch.exir.passes import (
         MemoryFormatOpsPass,
         NormalizeTransposePass,
@@ -232,12 +232,12 @@ def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule
     expected = stock_retrace(GuardedAddToSub(), copy.deepcopy(edge_graph)).graph_module
     graph = copy.deepcopy(edge_graph)
     inplace.record_freshness(graph.graph)
-    with retrace_engine.arm_pipeline():
-        result, engine = inplace.retrace(GuardedAddToSub(), graph)
+    with engine.arm_pipeline():
+        result, run = inplace.retrace(GuardedAddToSub(), graph)
     assert_graphs_identical(expected, result.graph_module)
     adds = sum(n.target == ADD for n in edge_graph.graph.nodes)
     calls = sum(n.op == "call_function" for n in edge_graph.graph.nodes)
-    assert adds > 0 and engine.passed_through == calls - adds
+    assert adds > 0 and run.passed_through == calls - adds
 
 
 class AddToSub(ExportPass):
@@ -323,7 +323,7 @@ def test_a_rolled_back_transaction_restores_the_graphs_identity(
 ) -> None:
     """A transaction renewed the graph's identity (a re-trace inside it) and rolled back: the
     graph is the one it was, and records made from it name what they named before."""
-    from arm_accel.passes.base import GraphJournal
+    from arm_accel.pipeline.passes.base import GraphJournal
     from arm_accel.runtime import identity
 
     gm = copy.deepcopy(edge_graph)
@@ -354,9 +354,9 @@ def test_no_op_keeps_every_node_and_reuses_values(edge_graph: fx.GraphModule) ->
     dispatched, and still identical to stock's re-trace."""
     fresh = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
     nodes = list(fresh.graph.nodes)
-    _, engine = inplace.retrace(Identity(), fresh)
-    assert engine.dispatched == 0 and not engine.journal.created
-    assert list(engine.graph.nodes) == nodes
+    _, run = inplace.retrace(Identity(), fresh)
+    assert run.dispatched == 0 and not run.journal.created
+    assert list(run.graph.nodes) == nodes
     compare(Identity, fresh)
 
 
@@ -407,7 +407,7 @@ def test_quantized_bmm_keeps_its_node_and_equals_stock(
     bmm.meta["output_qparams"] = {0: types.SimpleNamespace(dtype=torch.int8)}
     counters.reset()
     expected = stock_retrace(ArmIdentity(), copy.deepcopy(graph_module)).graph_module
-    with retrace_engine.arm_pipeline():
+    with engine.arm_pipeline():
         actual = ArmIdentity().call(graph_module).graph_module
     assert_graphs_identical(expected, actual)
     assert in_place_runs(ArmIdentity) == (1, {})
@@ -618,12 +618,12 @@ def test_a_re_trace_is_freed_when_it_returns(pass_cls: type, edge_graph: fx.Grap
     gc.collect()
     gc.disable()
     try:
-        with retrace_engine.arm_pipeline():
-            result, engine = inplace.retrace(pass_cls(), graph)
-        assert engine.dispatched + engine.passed_through > 0
-        alive = weakref.ref(engine)
-        env = weakref.ref(next(iter(engine.claimed.values())).proxy)
-        del engine
+        with engine.arm_pipeline():
+            result, run = inplace.retrace(pass_cls(), graph)
+        assert run.dispatched + run.passed_through > 0
+        alive = weakref.ref(run)
+        env = weakref.ref(next(iter(run.claimed.values())).proxy)
+        del run
         assert alive() is None and env() is None
     finally:
         gc.enable()

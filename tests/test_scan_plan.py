@@ -18,7 +18,7 @@ import torch
 from arm_accel import PassStats, _native
 from arm_accel.control import counters, switch
 from arm_accel.devtools import capture
-from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.exir.dialects._ops import ops as exir_ops
 from support.native import needs_testing
@@ -70,7 +70,7 @@ def test_scans_run_to_the_fixed_point_natively(name: str, monkeypatch: pytest.Mo
     run equal to stock's scans with real re-traces between (graphs, values, users order); the
     closing re-traces find no value the model got wrong; fewer virtual re-traces run than with
     one scan per run."""
-    from arm_accel.passes.propagate.retrace import VirtualRetracer
+    from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
     from conftest import captured_lowering
 
     records, _ = captured_lowering(name)

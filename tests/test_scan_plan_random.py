@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from executorch.backends.transforms import propagate_view_copy_permute_pass as generic
 from executorch.exir.dialects._ops import ops as exir_ops
 from support.scans import checked_scans

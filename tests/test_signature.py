@@ -20,9 +20,9 @@ import pytest
 import torch
 from arm_accel import _native
 from arm_accel.control import counters
-from arm_accel.passes import fuse_duplicate_users as fdu
-from arm_accel.passes.base import _stock_class
-from arm_accel.table import Flag, export_light, with_int_args
+from arm_accel.native.table import Flag, export_light, with_int_args
+from arm_accel.pipeline.passes import fuse_duplicate_users as fdu
+from arm_accel.pipeline.passes.base import _stock_class
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms.fuse_duplicate_users_pass import (
     FuseDuplicateUsersPass as BaseFuse,

@@ -7,7 +7,8 @@ import functools
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, table
+from arm_accel import _native
+from arm_accel.native import table
 from support.native import needs_testing
 from torch import fx
 

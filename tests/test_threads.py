@@ -16,9 +16,10 @@ import fuzz_models as fm
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, models, table
+from arm_accel import _native, models
 from arm_accel.control import counters, switch
-from arm_accel.passes.base import GuardedCallMixin
+from arm_accel.native import table
+from arm_accel.pipeline.passes.base import GuardedCallMixin
 from fuzz_models import Op, Spec
 from support.native import needs_testing
 
@@ -240,7 +241,7 @@ def test_disabled_is_scoped_to_its_thread() -> None:
     """``with disabled():`` in one thread leaves another thread accelerated while the block is
     open (the switch used to be process-wide); ``set_enabled`` inside the block changes the
     block only. Checked by each thread's own accelerated-call count."""
-    from arm_accel.passes.base import AcceleratedPass
+    from arm_accel.pipeline.passes.base import AcceleratedPass
 
     class Stock:
         def call(self, graph_module: Any) -> str:

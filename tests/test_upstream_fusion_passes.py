@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from arm_accel.control import counters
 from arm_accel.devtools.fusion_replay import ACCELERATED
-from arm_accel.passes import (
+from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,

@@ -69,7 +69,7 @@ def pytest_configure(config: object) -> None:
     import executorch.backends.arm._passes.propagate_view_copy_permute_pass as arm_mod
     import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
     from arm_accel.control import switch
-    from arm_accel.passes.propagate import accelerated
+    from arm_accel.pipeline.passes.propagate import accelerated
 
     # Run with ARM_ACCEL=0 so the activation hook swaps nothing else in; turn the switch on
     # for our two classes.

@@ -10,8 +10,9 @@ __version__: str
 #: Whether the test-only bindings are in (cargo feature ``testing``; marked "Test-only" below).
 TESTING: bool
 #: Every constant Python shares with Rust, ``{group: {name: value}}`` (groups ``op``, ``flag``,
-#: ``class``, ``form``, ``extra``, ``retrace``, ``special``): the enums of ``arm_accel.table`` and
-#: ``passes.propagate.scan_plan`` take their values from here.
+#: ``class``, ``form``, ``extra``, ``retrace``, ``special``): the enums of
+#: ``arm_accel.native.table`` and ``pipeline.passes.propagate.scan_plan`` take their values from
+#: here.
 CONSTANTS: dict[str, dict[str, int]]
 
 class _Table(Protocol):
@@ -211,9 +212,9 @@ def plan_propagation_scan(
 
     ``target_extra`` (uint32 per target code), ``special`` (int32 per node: 0 none, 1 INT48,
     other positive codes for other special dtypes) and ``form`` (uint32 argument-form bits per
-    node) are the planner's columns (``arm_accel.passes.propagate.scan_plan``); ``direction`` is
-    ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Raises ValueError naming the
-    field on malformed input.
+    node) are the planner's columns (``arm_accel.pipeline.passes.propagate.scan_plan``);
+    ``direction`` is ``"down"`` or ``"up"``, ``tosa`` selects the Arm overrides. Raises
+    ValueError naming the field on malformed input.
     """
 
 def plan_propagation_run(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from arm_accel import PassStats
 from arm_accel.control import counters
-from arm_accel.passes.propagate import accelerated, scan_plan
+from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
 from executorch.backends.transforms import propagate_view_copy_permute_pass as _generic
 from torch import fx

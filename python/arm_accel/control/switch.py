@@ -2,7 +2,7 @@
 
 Accelerated pass classes stay installed once the hook has swapped them in; whether they take the
 accelerated path is decided per call by :func:`is_enabled`. When it returns False a pass must run
-pure stock behaviour (:class:`arm_accel.passes.base.AcceleratedPass` does this for you).
+pure stock behaviour (:class:`arm_accel.pipeline.passes.base.AcceleratedPass` does this for you).
 
 A process-wide default comes from the environment variable ``ARM_ACCEL``
 (``0``/``false``/``off``/``no`` turn acceleration off). ``with disabled():`` / ``with enabled():``

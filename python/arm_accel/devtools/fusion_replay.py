@@ -17,13 +17,13 @@ from typing import Any
 from arm_accel import models
 from arm_accel.control import switch
 from arm_accel.devtools import capture
-from arm_accel.passes import (
+from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
     remove_permutes_around_elementwise,
 )
-from arm_accel.passes.base import _stock_class
+from arm_accel.pipeline.passes.base import _stock_class
 
 #: Arm pass class name (as ``executorch.backends.arm._passes`` exports it) -> accelerated class.
 ACCELERATED: dict[str, type] = {

@@ -52,8 +52,9 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from arm_accel import patches, retrace_engine
+from arm_accel import patches
 from arm_accel.edge import cia_ops, param_meta, subtrace
+from arm_accel.pipeline import engine
 from arm_accel.runtime import collector, deferred, fake_memo, provenance
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -524,7 +525,7 @@ def _decompose(
     with (
         provenance.sharing(),
         fake_memo.dispatching(),
-        retrace_engine.deferring_recompiles(),
+        engine.deferring_recompiles(),
         cia_ops.collecting_once(),
         param_meta.looking_up_once(),
     ):

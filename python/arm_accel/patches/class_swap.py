@@ -45,7 +45,7 @@ def installed_class(stock: type, accel: type, name: str) -> type:
     """The class put in place of ``stock``: ``accel`` under the stock ``__name__`` and
     ``__qualname__`` (the Arm pass manager matches passes by name). A class not built on
     ``AcceleratedPass`` is wrapped with ``GuardedCallMixin`` (switch, stats)."""
-    from arm_accel.passes.base import AcceleratedPass, GuardedCallMixin
+    from arm_accel.pipeline.passes.base import AcceleratedPass, GuardedCallMixin
 
     if not issubclass(accel, stock):
         raise TypeError(f"{accel.__module__}.{accel.__qualname__} does not subclass {name}")

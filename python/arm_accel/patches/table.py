@@ -145,7 +145,7 @@ GROUPS: tuple[Group, ...] = (
         rows=(
             ClassSwap(
                 "CanonicalizeViewCopyPermutePass",
-                f"{_PKG}.passes.canonicalize:CanonicalizeViewCopyPermutePass",
+                f"{_PKG}.pipeline.passes.canonicalize:CanonicalizeViewCopyPermutePass",
                 "chains of view/permute copies collected in Rust",
                 _pass_modules(
                     ("canonicalize_view_copy_permute_pass", "55b4dc2ebbe1353a"),
@@ -154,7 +154,7 @@ GROUPS: tuple[Group, ...] = (
             ),
             ClassSwap(
                 "FuseDuplicateUsersPass",
-                f"{_PKG}.passes.fuse_duplicate_users:FuseDuplicateUsersPass",
+                f"{_PKG}.pipeline.passes.fuse_duplicate_users:FuseDuplicateUsersPass",
                 "duplicate users screened in Rust",
                 _pass_modules(
                     ("fuse_duplicate_users_pass", "d5bb5bf4c3d4ae98"),
@@ -163,7 +163,7 @@ GROUPS: tuple[Group, ...] = (
             ),
             ClassSwap(
                 "RemovePermutesAroundElementwiseTosaOps",
-                f"{_PKG}.passes.remove_permutes_around_elementwise"
+                f"{_PKG}.pipeline.passes.remove_permutes_around_elementwise"
                 ":RemovePermutesAroundElementwiseTosaOps",
                 "the elementwise operator set as a constant bitset in Rust",
                 _pass_modules(
@@ -173,7 +173,7 @@ GROUPS: tuple[Group, ...] = (
             ),
             ClassSwap(
                 "FuseIdenticalInputTransformsPass",
-                f"{_PKG}.passes.fuse_identical_input_transforms:FuseIdenticalInputTransformsPass",
+                f"{_PKG}.pipeline.passes.fuse_identical_input_transforms:FuseIdenticalInputTransformsPass",
                 "identical input transforms found in one table walk",
                 _pass_modules(
                     ("fuse_identical_input_transforms_pass", "9931350b1b42cc81"),
@@ -182,7 +182,7 @@ GROUPS: tuple[Group, ...] = (
             ),
             ClassSwap(
                 "PropagateViewCopyPermuteDownPass",
-                f"{_PKG}.passes.propagate.accelerated:PropagateViewCopyPermuteDownPass",
+                f"{_PKG}.pipeline.passes.propagate.accelerated:PropagateViewCopyPermuteDownPass",
                 "every scan planned in Rust to the fixed point, the re-traces between modelled",
                 _pass_modules(
                     ("propagate_view_copy_permute_pass", "7a2fcbcb4d7a2af3"),
@@ -191,7 +191,7 @@ GROUPS: tuple[Group, ...] = (
             ),
             ClassSwap(
                 "PropagateViewCopyPermuteUpPass",
-                f"{_PKG}.passes.propagate.accelerated:PropagateViewCopyPermuteUpPass",
+                f"{_PKG}.pipeline.passes.propagate.accelerated:PropagateViewCopyPermuteUpPass",
                 "every scan planned in Rust to the fixed point, the re-traces between modelled",
                 _pass_modules(
                     ("propagate_view_copy_permute_pass", "7a2fcbcb4d7a2af3"),
@@ -211,7 +211,7 @@ GROUPS: tuple[Group, ...] = (
                 "retrace_engine.call",
                 "executorch.exir.pass_base:_ExportPassBase",
                 "call",
-                f"{_PKG}.retrace_engine:accelerated_call",
+                f"{_PKG}.pipeline.engine:accelerated_call",
                 "the re-trace in place (stock re-trace on decline)",
                 models=(EXIR_PASS_BASE,),
             ),
@@ -219,7 +219,7 @@ GROUPS: tuple[Group, ...] = (
                 "retrace_engine.deprecated_call",
                 "torch._export.pass_base:_ExportPassBaseDeprecatedDoNotUse",
                 "call",
-                f"{_PKG}.retrace_engine:deprecated_base_call",
+                f"{_PKG}.pipeline.engine:deprecated_base_call",
                 "records ReplaceViewOpsWithViewCopyOpsPass's values as fresh",
                 models=(DEPRECATED_BASE_CALL,),
             ),
@@ -227,21 +227,21 @@ GROUPS: tuple[Group, ...] = (
                 "retrace_engine.transform",
                 "executorch.backends.arm._passes.arm_pass_manager:ArmPassManager",
                 "_transform",
-                f"{_PKG}.retrace_engine:transform",
+                f"{_PKG}.pipeline.engine:transform",
                 "the Arm pipeline's scope: its re-traces run in place",
             ),
             Patch(
                 "retrace_engine.generate_edge_program",
                 "executorch.exir.program._program",
                 "_generate_edge_program",
-                f"{_PKG}.retrace_engine:generate_edge_program",
+                f"{_PKG}.pipeline.engine:generate_edge_program",
                 "to_edge's own ExportPass passes run in place",
             ),
             Patch(
                 "retrace_engine.python_code",
                 "torch.fx:Graph",
                 "python_code",
-                f"{_PKG}.retrace_engine:python_code",
+                f"{_PKG}.pipeline.engine:python_code",
                 "generated code memoised on what it is made of",
                 models=(PYTHON_CODE,),
             ),
@@ -249,7 +249,7 @@ GROUPS: tuple[Group, ...] = (
                 "retrace_engine.forward_from_src",
                 "torch.fx.graph_module",
                 "_forward_from_src",
-                f"{_PKG}.retrace_engine:forward_from_src",
+                f"{_PKG}.pipeline.engine:forward_from_src",
                 "compiled code memoised on source and globals",
                 models=(FORWARD_FROM_SRC,),
             ),
@@ -257,7 +257,7 @@ GROUPS: tuple[Group, ...] = (
                 "retrace_engine.recompile",
                 "torch.fx:GraphModule",
                 "recompile",
-                f"{_PKG}.retrace_engine:recompile",
+                f"{_PKG}.pipeline.engine:recompile",
                 "code generated when first used (deferred)",
                 models=(RECOMPILE,),
             ),

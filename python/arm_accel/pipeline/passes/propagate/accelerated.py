@@ -6,7 +6,7 @@ replaced by a virtual re-trace (``retrace.VirtualRetracer``): DCE, recompute the
 values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
 in graph order. The re-traces the in-loop fusions end with are virtual too, and the fusions
 themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
-``arm_accel.passes``) where stock runs the stock ones. One real re-trace runs at the
+``arm_accel.pipeline.passes``) where stock runs the stock ones. One real re-trace runs at the
 end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
 like stock's.
 
@@ -53,12 +53,14 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel.control import counters, switch
-from arm_accel.passes.base import GraphJournal, _stock_class, stage
-from arm_accel.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
-from arm_accel.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
-from arm_accel.passes.fuse_identical_input_transforms import BaseFuseIdenticalInputTransformsPass
-from arm_accel.passes.propagate import scan_plan
-from arm_accel.passes.propagate.retrace import (
+from arm_accel.pipeline.passes.base import GraphJournal, _stock_class, stage
+from arm_accel.pipeline.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
+from arm_accel.pipeline.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
+from arm_accel.pipeline.passes.fuse_identical_input_transforms import (
+    BaseFuseIdenticalInputTransformsPass,
+)
+from arm_accel.pipeline.passes.propagate import scan_plan
+from arm_accel.pipeline.passes.propagate.retrace import (
     VirtualRetracer,
     VirtualRetraceUnsupported,
     count_retraces,

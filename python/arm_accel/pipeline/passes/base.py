@@ -7,7 +7,7 @@ run the stock pass; warn once per pass and reason.
 How to write an accelerated pass::
 
     from executorch.backends.arm._passes.foo_pass import FooPass
-    from arm_accel.passes.base import AcceleratedPass, Decline
+    from arm_accel.pipeline.passes.base import AcceleratedPass, Decline
 
     class AcceleratedFooPass(AcceleratedPass, FooPass):   # AcceleratedPass FIRST
         def accel_plan(self, graph_module):

@@ -50,7 +50,7 @@ from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel import patches
-from arm_accel.retrace_engine.passthrough import passthrough
+from arm_accel.pipeline.passthrough import passthrough
 from arm_accel.runtime import fake_memo, identity
 
 

@@ -2,7 +2,7 @@
 native scan plans and their application with stock's edits (``scan_plan.py``), and the virtual
 re-trace between scans (``retrace.py``)."""
 
-from arm_accel.passes.propagate.accelerated import (
+from arm_accel.pipeline.passes.propagate.accelerated import (
     PropagateViewCopyPermuteDownPass,
     PropagateViewCopyPermuteUpPass,
     accelerate,

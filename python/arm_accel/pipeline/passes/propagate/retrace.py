@@ -36,7 +36,7 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from arm_accel.retrace_engine import inplace
+from arm_accel.pipeline import inplace
 from arm_accel.runtime import identity
 
 _local = threading.local()
@@ -170,7 +170,7 @@ def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
     from torch.fx import traceback as fx_traceback
     from torch.fx.graph import _Namespace
 
-    from arm_accel.retrace_engine.inplace import rebuilt_name_candidate
+    from arm_accel.pipeline.inplace import rebuilt_name_candidate
 
     nodes = list(graph.nodes)
     for node in nodes:

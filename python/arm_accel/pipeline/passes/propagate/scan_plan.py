@@ -35,12 +35,7 @@ from torch import fx
 
 from arm_accel import _native
 from arm_accel.control import counters
-from arm_accel.passes.base import _stock_class, stage
-from arm_accel.passes.propagate.retrace import (
-    mirror_names_and_provenance,
-    provenance_pass_name,
-)
-from arm_accel.table import (
+from arm_accel.native.table import (
     Cls,
     Flag,
     NodeTable,
@@ -48,6 +43,11 @@ from arm_accel.table import (
     export_light,
     is_pointwise,
     with_int_args,
+)
+from arm_accel.pipeline.passes.base import _stock_class, stage
+from arm_accel.pipeline.passes.propagate.retrace import (
+    mirror_names_and_provenance,
+    provenance_pass_name,
 )
 
 logger = logging.getLogger("arm_accel")
@@ -440,7 +440,7 @@ _KEEPS_VALUE = int(Retrace.KEEPS_VALUE)
 def retrace_column(table: NodeTable, cache: ScanCache) -> np.ndarray:
     """Per node: fx's ``is_impure()`` (what the DCE keeps) and whether ``ArmPass`` keeps the
     node's old value on a re-trace (a quantized op without a fake kernel)."""
-    from arm_accel.passes.propagate.retrace import (
+    from arm_accel.pipeline.passes.propagate.retrace import (
         _ops_without_quantized_fake_kernel,
         arm_keeps_value,
     )

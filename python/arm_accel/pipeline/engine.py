@@ -193,7 +193,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     stock_call = original("retrace_engine.call")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock_call(self, graph_module)
-    from arm_accel.retrace_engine import inplace
+    from arm_accel.pipeline import inplace
 
     name = f"{type(self).__name__}.retrace"
     start = time.perf_counter()
@@ -243,7 +243,7 @@ def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
         and switch.is_enabled()
         and isinstance(result, PassResult)
     ):
-        from arm_accel.retrace_engine import inplace
+        from arm_accel.pipeline import inplace
 
         inplace.record_freshness(result.graph_module.graph)
     return result

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from arm_accel.passes.base import Decline
-from arm_accel.table import NodeTable
+from arm_accel.native.table import NodeTable
+from arm_accel.pipeline.passes.base import Decline
 
 T = TypeVar("T")
 
