@@ -29,8 +29,9 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
-from arm_accel import models, patches
+from arm_accel import patches
 from arm_accel.runtime import provenance
+from arm_accel.tools import models
 from torch import fx
 from torch.export import ExportedProgram
 
@@ -289,8 +290,8 @@ def compare(names: list[str], edge_only: bool = False, repeat: int = 1) -> None:
 
 def _compare(names: list[str], edge_only: bool, repeat: int) -> None:
     import arm_accel
-    from arm_accel.devtools.program_compare import program_differences
     from arm_accel.edge.decompositions import STATS_NAME
+    from arm_accel.tools.program_compare import program_differences
 
     arm_accel.enable()
     model, inputs, mode = models.build("dscnnkws")

@@ -1,6 +1,6 @@
 """Side-by-side benchmark of the issue-3 passes: stock vs accelerated, same run, same inputs.
 
-Lowers each model once (stock passes, via ``arm_accel.devtools.capture``), then replays every
+Lowers each model once (stock passes, via ``arm_accel.tools.capture``), then replays every
 captured input of each pass through the stock class and the accelerated class, alternating, and
 prints the total seconds and the ratio stock / accelerated per (model, pass), and ``min-ratio``:
 the same ratio over each call's fastest repeat (robust to pauses from other processes on a shared
@@ -16,9 +16,9 @@ import gc
 import time
 from typing import Any
 
-from arm_accel.devtools import capture
-from arm_accel.devtools.fusion_replay import as_class, capture_lowering, pass_pairs, tosa_context
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import capture
+from arm_accel.tools.fusion_replay import as_class, capture_lowering, pass_pairs, tosa_context
 
 
 def _timed(pass_obj: Any, record: capture.Captured) -> tuple[float, Any]:

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import fuzz_models as fm  # noqa: E402
-from arm_accel import models  # noqa: E402
+from arm_accel.tools import models  # noqa: E402
 from fuzz_shard import scan_run_counts  # noqa: E402
 
 

@@ -4,7 +4,7 @@
     python benches/lowering.py --quick         # a small FP subset, a few minutes
     python benches/lowering.py --models convnet,transformer1
 
-Every model is built in code with seeded weights (``arm_accel.models.ZOO``), exported (and for
+Every model is built in code with seeded weights (``arm_accel.tools.models.ZOO``), exported (and for
 INT quantized) once, and each lowering gets its own deep copy of the exported program. The
 stock lowering runs inside ``arm_accel.disabled()``, the accelerated one right after it. Per
 model it reports: the node count of the graph entering the first view/permute pass, stock and
@@ -92,7 +92,7 @@ def depth_of(name: str) -> int | None:
 def bench_model(name: str, repeat: int = 1) -> Result:
     """Lower ``name`` stock and accelerated, ``repeat`` times each (alternating which goes
     first); every figure is taken from the fastest run of its side."""
-    from arm_accel import models, profiling
+    from arm_accel.tools import models, profiling
 
     model, inputs, mode = models.build(name)
     exported = models.export_for_arm(model, inputs, mode)
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         write_all(args.out or os.path.join(HERE, "results", "lowering"), merge_csvs(args.from_csv))
         return 0
 
-    from arm_accel import models, profiling
+    from arm_accel.tools import models, profiling
 
     names = args.models.split(",") if args.models else (QUICK if args.quick else FULL)
     unknown = [n for n in names if n not in models.ZOO]

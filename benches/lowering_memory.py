@@ -25,7 +25,7 @@ CHILD = (
     PEAK_HELPERS
     + r"""
 import hashlib, json, sys
-from arm_accel import models
+from arm_accel.tools import models
 
 model, inputs, mode = models.build(sys.argv[1])
 exported = models.export_for_arm(model, inputs, mode)

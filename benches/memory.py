@@ -33,7 +33,7 @@ KERNELS = ("table_counts", "collect_chains", "duplicate_user_candidates", "const
 
 def edge_graph(blocks: int):  # -> fx.GraphModule
     import torch
-    from arm_accel import models
+    from arm_accel.tools import models
     from executorch.exir import to_edge
 
     model, inputs = models.build_synthetic_transformer(blocks)

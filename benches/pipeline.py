@@ -4,8 +4,8 @@
 
 Each model is built with seeded weights and exported (INT: quantized) once; every lowering gets
 its own deep copy. Sides alternate (stock first, then accelerated first on the next repeat) and
-the fastest run of each side is kept. Per model and side the profiler (``arm_accel.profiling``)
-splits the wall time of ``to_edge_transform_and_lower`` into:
+the fastest run of each side is kept. Per model and side the profiler
+(``arm_accel.tools.profiling``) splits the wall time of ``to_edge_transform_and_lower`` into:
 
 - decompositions: ``ExportedProgram.run_decompositions`` (to_edge);
 - re-traces: every ``ExportPass`` re-trace (``_ExportPassBase.call``), wherever it runs;
@@ -33,7 +33,7 @@ PARTS = ("decompositions", "re-traces", "pass bodies", "pipeline setup", "serial
 
 def split(profile: Any) -> dict[str, float]:
     """The profile's exclusive seconds grouped into :data:`PARTS`."""
-    from arm_accel.profiling import PHASES
+    from arm_accel.tools.profiling import PHASES
 
     parts = dict.fromkeys(PARTS, 0.0)
     for row in profile.rows.values():
@@ -54,7 +54,7 @@ def split(profile: Any) -> dict[str, float]:
 
 def run(name: str, repeat: int) -> dict[str, Any]:
     import arm_accel
-    from arm_accel import models, profiling
+    from arm_accel.tools import models, profiling
 
     net, inputs, mode = models.build(name)
     exported = models.export_for_arm(net, inputs, mode)

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from arm_accel import activation, models
+from arm_accel.bootstrap import activation
 from arm_accel.control import switch
 from arm_accel.pipeline.passes.propagate import accelerated
 from arm_accel.pipeline.passes.propagate.retrace import count_retraces
+from arm_accel.tools import models
 
 NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 

@@ -18,11 +18,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from arm_accel import models
 from arm_accel.control import counters
-from arm_accel.devtools import capture
 from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
+from arm_accel.tools import capture, models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.scans import PASS_NAMES, checked_scans, replay, scans_per_run, tosa_context  # noqa: E402

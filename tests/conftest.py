@@ -12,8 +12,8 @@ import pytest
 # mispredicted value) raises instead of falling back silently. Tests that provoke a fallback on
 # purpose turn it off for themselves (the ``lenient`` fixture).
 os.environ.setdefault("ARM_ACCEL_STRICT", "1")
-from arm_accel import _native, models, testing
-from arm_accel.devtools import capture
+from arm_accel import _native, testing
+from arm_accel.tools import capture, models
 
 if os.environ.get("ARM_ACCEL_REQUIRE_TESTING") == "1" and not _native.TESTING:
     raise pytest.UsageError(

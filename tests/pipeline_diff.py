@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from arm_accel import models
 from arm_accel.control import switch
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
+from arm_accel.tools import models
 from torch import fx
 
 #: (pass name, graph after it, modified, users order and find_nodes index order after it)

@@ -20,7 +20,8 @@ import arm_accel
 import pytest
 import torch
 import torch.fx
-from arm_accel import PassStats, activation
+from arm_accel import PassStats
+from arm_accel.bootstrap import activation
 from arm_accel.control import counters, switch
 from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal
 

@@ -13,7 +13,7 @@ import sys
 
 import arm_accel
 import pytest
-from arm_accel import cli, profiling
+from arm_accel.tools import cli, profiling
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 TINY = os.path.join(DATA, "tiny_lowering.py")
@@ -25,7 +25,7 @@ def _lowering_seconds(out: str) -> list[float]:
 
 def test_version_module_entry_point() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "arm_accel.cli", "--version"],
+        [sys.executable, "-m", "arm_accel.tools.cli", "--version"],
         capture_output=True,
         text=True,
         check=True,

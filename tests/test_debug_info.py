@@ -17,9 +17,9 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import models
 from arm_accel.control import counters, switch
 from arm_accel.testing import GraphLabels, labelled_debug_info
+from arm_accel.tools import models
 from executorch.backends.arm.common.arm_compile_spec import ArmCompileSpec
 
 

@@ -12,13 +12,14 @@ import arm_accel
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import PassStats, models, patches
+from arm_accel import PassStats, patches
 from arm_accel.control import counters, switch
-from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta, subtrace
 from arm_accel.patches import sources, table
 from arm_accel.runtime import fake_memo
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import models
+from arm_accel.tools.program_compare import assert_programs_equal, program_differences
 from hypothesis import given
 from torch import fx
 from torch.export import ExportedProgram

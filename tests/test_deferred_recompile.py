@@ -246,7 +246,7 @@ def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.Monk
     accelerated llama1 lowering: the code it
     gives when used (after the lowering: most graphs were edited again by then, so most come
     from the snapshot) equals what stock's ``Graph.python_code`` generated at the recompile."""
-    from arm_accel import models
+    from arm_accel.tools import models
 
     taken: list[tuple[fx.GraphModule, deferred.Snapshot, str]] = []
     defer = deferred.defer

@@ -8,7 +8,7 @@ import re
 
 import arm_accel
 import pytest
-from arm_accel import cli, models, profiling
+from arm_accel.tools import cli, models, profiling
 
 pytest.importorskip("ethosu.vela", reason="Ethos-U lowering needs ethos-u-vela (scripts/setup.sh)")
 

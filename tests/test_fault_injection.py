@@ -22,10 +22,8 @@ from typing import Any
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import _native, models
+from arm_accel import _native
 from arm_accel.control import counters, switch
-from arm_accel.devtools import capture
-from arm_accel.devtools.fusion_replay import ACCELERATED, as_class, tosa_context
 from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -36,6 +34,8 @@ from arm_accel.pipeline.passes.base import _stock_class
 from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import capture, models
+from arm_accel.tools.fusion_replay import ACCELERATED, as_class, tosa_context
 from executorch.exir.pass_base import _ExportPassBase
 from support.native import needs_testing
 from support.scans import scans_per_run

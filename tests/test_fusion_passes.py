@@ -16,16 +16,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, profiling
+from arm_accel import _native
 from arm_accel.control import counters
-from arm_accel.devtools.capture import stock_class as _maybe_swapped_class
-from arm_accel.devtools.fusion_replay import (
-    ACCELERATED,
-    as_class,
-    capture_lowering,
-    pass_pairs,
-    tosa_context,
-)
 from arm_accel.native.table import Cls, empty_columns, export_table
 from arm_accel.pipeline.passes import (
     canonicalize,
@@ -35,6 +27,15 @@ from arm_accel.pipeline.passes import (
 )
 from arm_accel.pipeline.passes.base import _stock_class
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import profiling
+from arm_accel.tools.capture import stock_class as _maybe_swapped_class
+from arm_accel.tools.fusion_replay import (
+    ACCELERATED,
+    as_class,
+    capture_lowering,
+    pass_pairs,
+    tosa_context,
+)
 from executorch.backends.transforms.canonicalize_view_copy_permute_pass import (
     CanonicalizeViewCopyPermutePass as BaseCanonicalize,
 )

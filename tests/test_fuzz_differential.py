@@ -29,10 +29,10 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import PassStats, Stats, models
+from arm_accel import PassStats, Stats
 from arm_accel.control import counters, switch
-from arm_accel.devtools import capture
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import capture, models
 from fuzz_models import Op, Spec
 from hypothesis import given, settings
 from pipeline_diff import assert_passes_identical, record_passes

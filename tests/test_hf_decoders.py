@@ -10,8 +10,8 @@ import sys
 
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
-from arm_accel import models
 from arm_accel.control import counters
+from arm_accel.tools import models
 
 MODEL = "qwen2-2l"
 

@@ -134,7 +134,7 @@ def _run(venv: Path, tmp: Path, **extra: str) -> dict:
 
 def test_pth_at_site_packages_root(wheel_venv: Path) -> None:
     (pth,) = wheel_venv.glob("lib/python*/site-packages/arm_accel_hook.pth")
-    assert "arm_accel._hook" in pth.read_text()
+    assert "arm_accel.bootstrap.hook" in pth.read_text()
 
 
 def test_no_torch_import_at_startup(wheel_venv: Path) -> None:

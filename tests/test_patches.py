@@ -202,7 +202,7 @@ def test_info_lists_every_row(capsys: pytest.CaptureFixture[str]) -> None:
     """``arm-accel info`` prints every row of the table with its state, and every model."""
     import argparse
 
-    from arm_accel import cli
+    from arm_accel.tools import cli
 
     cli.cmd_info(argparse.Namespace(no_import=False, json=False))
     out = capsys.readouterr().out

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from arm_accel import PassStats, Stats, activation, models
+from arm_accel import PassStats, Stats
+from arm_accel.bootstrap import activation
 from arm_accel.control import switch
-from arm_accel.devtools import capture
 from arm_accel.pipeline.passes.propagate import accelerated
 from arm_accel.pipeline.passes.propagate.retrace import count_retraces
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import capture, models
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 

@@ -512,7 +512,7 @@ def test_every_pass_identical_to_stock(model: str) -> None:
     every pass of the Arm pipeline is identical, the TOSA bytes equal, most re-traces ran
     in place (the rest only for the reasons listed), the fake memo served ``aten`` calls as
     stock's cache hits, and on INT models calls of the quantized and TOSA operators."""
-    from arm_accel import models
+    from arm_accel.tools import models
     from pipeline_diff import assert_lowerings_identical, lower
 
     net, inputs, mode = models.build(model)
@@ -539,8 +539,8 @@ def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch
     served most recompiles of real graphs (a pass's tracer starts from new, empty graphs, which
     the per-graph memo cannot have seen). Recompiles run at once here (``deferred`` off): with
     it on, the memo serves only code generated on use."""
-    from arm_accel import models
     from arm_accel.runtime import codegen, deferred
+    from arm_accel.tools import models
 
     monkeypatch.setattr(deferred, "deferrable", lambda gm: False)
 
@@ -633,11 +633,11 @@ def test_a_re_trace_is_freed_when_it_returns(pass_cls: type, edge_graph: fx.Grap
 def test_edge_program_identical_to_stock(model: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """to_edge's own ExportPass passes (``_generate_edge_program``) re-traced by the engine: the
     edge program they return equals stock's (graph with every meta key, signature, state dict,
-    constants; ``arm_accel.devtools.program_compare``), and some of them ran in place. The
+    constants; ``arm_accel.tools.program_compare``), and some of them ran in place. The
     first of them follows torch's ``ReplaceViewOpsWithViewCopyOpsPass`` re-trace, whose values
     the engine keeps: it dispatched nothing and claimed the nodes it passes through as is."""
-    from arm_accel import models
-    from arm_accel.devtools.program_compare import assert_programs_equal
+    from arm_accel.tools import models
+    from arm_accel.tools.program_compare import assert_programs_equal
     from executorch.exir.program import _program
 
     net, inputs, mode = models.build(model)

@@ -17,9 +17,9 @@ import pytest
 import torch
 from arm_accel import PassStats, _native
 from arm_accel.control import counters, switch
-from arm_accel.devtools import capture
 from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.testing import assert_graphs_equal
+from arm_accel.tools import capture
 from executorch.exir.dialects._ops import ops as exir_ops
 from support.native import needs_testing
 from support.scans import PASS_NAMES, assert_users_equal, checked_scans, replay, scans_per_run

@@ -16,10 +16,11 @@ import fuzz_models as fm
 import numpy as np
 import pytest
 import torch
-from arm_accel import _native, models
+from arm_accel import _native
 from arm_accel.control import counters, switch
 from arm_accel.native import table
 from arm_accel.pipeline.passes.base import GuardedCallMixin
+from arm_accel.tools import models
 from fuzz_models import Op, Spec
 from support.native import needs_testing
 

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 from arm_accel.control import counters
-from arm_accel.devtools.fusion_replay import ACCELERATED
 from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
     fuse_identical_input_transforms,
     remove_permutes_around_elementwise,
 )
+from arm_accel.tools.fusion_replay import ACCELERATED
 
 _UP = "executorch.backends.arm.test.passes."
 

@@ -2,7 +2,7 @@
 
 Installing the wheel is enough: ``arm_accel_hook.pth`` swaps the accelerated passes, the
 pipeline-wide re-trace and the decomposition replay in when ``executorch.backends.arm._passes``
-is imported (see ``arm_accel.activation``). This module stays
+is imported (see ``arm_accel.bootstrap.activation``). This module stays
 import-light (it is imported at interpreter start-up by that ``.pth``): the native extension and
 everything else load lazily.
 
@@ -38,7 +38,7 @@ __all__ = [
 def enable(force: bool = False) -> None:
     """Turn acceleration on: swap the accelerated passes in now if executorch's Arm passes are
     loaded, else when they are. ``force`` skips the executorch/torch version guard."""
-    from arm_accel import activation
+    from arm_accel.bootstrap import activation
     from arm_accel.control import switch
 
     switch.set_enabled(True)
@@ -72,7 +72,7 @@ def stats() -> "Stats":
 def status() -> "Status":
     """Whether the hook is installed/activated, which passes were swapped or skipped and why;
     ``.as_dict()`` for JSON."""
-    from arm_accel import activation
+    from arm_accel.bootstrap import activation
 
     return activation.status()
 

@@ -17,7 +17,7 @@ from executorch.backends.transforms import propagate_view_copy_permute_pass as _
 from torch import fx
 
 if TYPE_CHECKING:
-    from arm_accel.devtools.capture import Captured
+    from arm_accel.tools.capture import Captured
 
 PASS_NAMES = ("PropagateViewCopyPermuteDownPass", "PropagateViewCopyPermuteUpPass")
 

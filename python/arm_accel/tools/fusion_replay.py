@@ -14,9 +14,7 @@ import importlib
 from collections.abc import Iterator
 from typing import Any
 
-from arm_accel import models
 from arm_accel.control import switch
-from arm_accel.devtools import capture
 from arm_accel.pipeline.passes import (
     canonicalize,
     fuse_duplicate_users,
@@ -24,6 +22,7 @@ from arm_accel.pipeline.passes import (
     remove_permutes_around_elementwise,
 )
 from arm_accel.pipeline.passes.base import _stock_class
+from arm_accel.tools import capture, models
 
 #: Arm pass class name (as ``executorch.backends.arm._passes`` exports it) -> accelerated class.
 ACCELERATED: dict[str, type] = {

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from arm_accel.control.records import Stats, Status
-    from arm_accel.profiling import Profile
+    from arm_accel.tools.profiling import Profile
 
 T = TypeVar("T")
 
@@ -199,7 +199,7 @@ def run_lowering(
 ) -> Any:
     """Lower a fresh deep copy of ``exported`` for ``target`` under the profiler with a
     progress bar."""
-    from arm_accel import profiling
+    from arm_accel.tools import profiling
 
     with _drop_stdout(quiet):
         return profiling.lower_profiled(exported, mode, stock, lambda fn: _step(label, fn), target)
@@ -221,7 +221,7 @@ def verdict(ratio: float, same: dict[str, bool], accelerated: int | None) -> str
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from arm_accel import models, profiling
+    from arm_accel.tools import models, profiling
 
     name = args.model or models.DEFAULT_MODEL
     if args.layers is not None:
@@ -331,7 +331,7 @@ def _run_script(script: str, script_args: list[str], quiet: bool) -> tuple[Profi
     ``arm_accel.stats()`` it recorded (reset before it starts). ``quiet`` sends the script's
     stdout to stderr (``--json`` keeps stdout for the JSON)."""
     import arm_accel
-    from arm_accel import profiling
+    from arm_accel.tools import profiling
 
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *script_args]
@@ -359,7 +359,7 @@ def profile_record(runs: dict[str, tuple[Profile, Stats]]) -> dict[str, object]:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from arm_accel import profiling
+    from arm_accel.tools import profiling
 
     if not os.path.exists(args.script):
         print(f"no such script: {args.script}", file=sys.stderr)
@@ -434,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--model",
         default=None,
-        help="a model of arm_accel.models.ZOO (default: models.DEFAULT_MODEL, a llama-style "
+        help="a model of arm_accel.tools.models.ZOO (default: models.DEFAULT_MODEL, a llama-style "
         "INT transformer)",
     )
     p.add_argument(

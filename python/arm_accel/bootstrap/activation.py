@@ -1,6 +1,6 @@
 """Turning arm-accel on: the version guard, then the declared patch table installed.
 
-Called by the start-up hook (:mod:`arm_accel._hook`) right after
+Called by the start-up hook (:mod:`arm_accel.bootstrap.hook`) right after
 ``executorch.backends.arm._passes`` has been imported, or by :func:`arm_accel.enable`.
 Acceleration stays off (with one warning naming what was found) unless executorch and torch
 match what we test; versions are read with :mod:`importlib.metadata`, never by import. What is
@@ -74,7 +74,8 @@ def _group_summary(states: tuple[object, ...], group: str, default: str) -> str:
 
 def status() -> Status:
     """Where activation stands: the versions, what the table installed and why not."""
-    from arm_accel import _hook, patches
+    from arm_accel import patches
+    from arm_accel.bootstrap import hook
     from arm_accel.control import switch
     from arm_accel.control.records import Status
 
@@ -84,7 +85,7 @@ def status() -> Status:
         replacement = {r.name: r.replacement for g in table.GROUPS for r in g.rows}
         return Status(
             enabled=switch.is_enabled(),
-            hook_installed=_hook.installed() is not None,
+            hook_installed=hook.installed() is not None,
             activated=_state.activated,
             reason=_state.reason,
             swapped={r.row: replacement[r.row] for r in swaps if r.installed},
@@ -166,7 +167,7 @@ def deactivate() -> None:
 
 def ensure_active(force: bool = False) -> None:
     """Activate now if executorch's Arm passes are loaded, else arm the start-up hook."""
-    from arm_accel import _hook
+    from arm_accel.bootstrap import hook
 
     if not activate(force=force) and PASSES_PACKAGE not in sys.modules:
-        _hook.install()
+        hook.install()

@@ -8,7 +8,7 @@ nothing: it puts a tiny inline bootstrap finder on ``sys.meta_path`` that only r
 That finder reacts to nothing but the import of ``executorch.backends.arm._passes`` (and, as a
 retry point, ``executorch.backends.arm._passes.arm_pass_manager``): it lets the normal finders
 locate the module, wraps its loader so that our callback runs right after the module has
-executed, and hands the rest to :mod:`arm_accel.activation` (imported only at that point).
+executed, and hands the rest to :mod:`arm_accel.bootstrap.activation` (imported only at that point).
 """
 
 import os
@@ -23,7 +23,7 @@ _OFF_VALUES = ("0", "false", "off", "no")
 
 def _on_loaded(name: str) -> None:
     try:
-        from arm_accel import activation
+        from arm_accel.bootstrap import activation
 
         activation.on_module_loaded(name)
     except Exception as exc:  # never break the user's import

@@ -395,7 +395,7 @@ def lower_profiled(
     seconds). ``step`` wraps the lowering call (the CLI's progress bar)."""
     import copy
 
-    from arm_accel import models
+    from arm_accel.tools import models
 
     program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
     gc.collect()  # the previous run's garbage must not be collected on this run's clock
