@@ -1,5 +1,5 @@
 //! The compact node table: a borrowed, validated view over the columnar arrays that
-//! `arm_accel.table.export_table` builds from an fx graph.
+//! `arm_accel.native.table.export_table` builds from an fx graph.
 //!
 //! Node ids are positions in graph order. Inputs and users are CSR (`*_ptr` offsets of length
 //! N + 1 into a flat index array). Tensor shapes are CSR too, one row per node, of length
@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-/// fx node op kinds, in the order `arm_accel.table.OP_KINDS` lists them.
+/// fx node op kinds, in the order `arm_accel.native.table.OP_KINDS` lists them.
 pub mod op {
     named_consts! { u8;
         PLACEHOLDER = 0;

@@ -7,9 +7,9 @@
 # It builds a venv WITHOUT the base interpreter's packages (the base torch stays untouched):
 # torch==VERSION, executorch 1.5.1 (which declares no torch requirement), tosa-tools, Vela, the
 # test tools, and this package's wheel installed with --no-deps (its pin would pull torch 2.13
-# back in). The version guard (arm_accel.activation.SUPPORTED_VERSIONS) is widened to VERSION
-# for these runs only, by a sitecustomize in a temporary directory on PYTHONPATH; a run that
-# shows everything identical is what justifies widening the real guard and the pins.
+# back in). The version guard (arm_accel.bootstrap.activation.SUPPORTED_VERSIONS) is widened to
+# VERSION for these runs only, by a sitecustomize in a temporary directory on PYTHONPATH; a run
+# that shows everything identical is what justifies widening the real guard and the pins.
 # Downloads several GB the first time; the tests and the benchmark then take about an hour on
 # 2 cores. Output: $COMPAT_DIR/torch-VERSION.log (pip, build) and the results on stdout.
 # Env: COMPAT_DIR (default ~/.cache/arm-accel/compat), COMPAT_TESTS (pytest selection),
@@ -55,12 +55,12 @@ run "$VENV/bin/pip" install --no-deps --force-reinstall "$WHEELS"/arm_accel-*.wh
 SITE=$(mktemp -d)
 minor=${TORCH%.*}
 cat >"$SITE/sitecustomize.py" <<PY
-from arm_accel import activation
+from arm_accel.bootstrap import activation
 
 activation.SUPPORTED_VERSIONS["torch"] = ("$minor",)
 PY
 export PYTHONPATH=$SITE
-"$VENV/bin/python" -m arm_accel.cli info
+"$VENV/bin/python" -m arm_accel.tools.cli info
 
 # The differential tests: stock vs accelerated in one process, graphs after each pass, TOSA,
 # Vela and .pte bytes. Left out: tests of the pinned versions and the guard themselves

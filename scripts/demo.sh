@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=$(bash scripts/setup.sh)
-exec "$VENV/bin/python" -m arm_accel.cli demo "$@"
+exec "$VENV/bin/python" -m arm_accel.tools.cli demo "$@"

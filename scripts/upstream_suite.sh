@@ -114,7 +114,7 @@ def pytest_sessionfinish(session, exitstatus):
     import arm_accel
 
     report = {"status": arm_accel.status().as_dict(), "stats": arm_accel.stats().as_dict(),
-              "hooked": "arm_accel.activation" in sys.modules}
+              "hooked": "arm_accel.bootstrap.activation" in sys.modules}
     with open(os.environ["ARM_ACCEL_SUITE_REPORT"], "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
 PYEOF
