@@ -234,6 +234,41 @@ def plan_propagation_run(
     ``Decline``. Raises ValueError on malformed input or ``max_scans < 1``.
     """
 
+def histogram_next_candidate(
+    csum: npt.NDArray[np.float32],
+    total: float,
+    alpha: float,
+    beta: float,
+    start_bin: int,
+    end_bin: int,
+) -> tuple[float, float, int, int] | None:
+    """``HistogramObserver._non_linear_param_search``'s bound walk from the state
+    ``(alpha, beta, start_bin, end_bin)`` up to the next step that moves a bin.
+
+    ``csum`` is the float32 cumulative histogram, ``total`` its sum as a Python float. Returns
+    ``(alpha, beta, next_start_bin, next_end_bin)`` for that step (the bounds as stock holds
+    them when it computes the candidate's error), or None when the loop ends first. Raises
+    ValueError when the bins are out of range.
+    """
+
+def histogram_error_terms(
+    hist: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    dst_nbins: int,
+    start_bin: int,
+    end_bin: int,
+    out: npt.NDArray[np.float32],
+) -> str:
+    """``HistogramObserver._compute_quantization_error``'s per-bin terms of the candidate
+    ``[start_bin, end_bin]`` into ``out`` (float32, the histogram's length), as torch computes
+    them (``min_val``/``max_val``: the observer's ``.item()``s).
+
+    Returns ``"filled"`` (torch's ``sum()`` of ``out`` is stock's error), ``"zero"`` (stock
+    returns 0.0) or ``"not modelled: <why>"`` (compute it with torch's method). Raises
+    ValueError on mismatched lengths or bins out of range.
+    """
+
 class NativePanic(RuntimeError):
     """A Rust panic inside a native kernel (message: ``native kernel NAME panicked: ...``)."""
 

@@ -110,6 +110,7 @@ def status() -> Status:
             versions=dict(_state["versions"]),
             retrace_engine=_state["retrace_engine"],
             edge_decompositions=_state.get("edge_decompositions", "not installed"),
+            quantize=_state.get("quantize", "not installed"),
         )
 
 
@@ -307,6 +308,11 @@ def activate(force: bool = False) -> bool:
         from arm_accel.edge import decompositions as edge_decompositions  # issue 17
 
         _state["edge_decompositions"] = edge_decompositions.install_safely()
+        from arm_accel import quantize
+
+        # The Arm quantizer module imports the passes package first, so this runs before any
+        # observer of an Arm flow computes its qparams.
+        _state["quantize"] = quantize.install_safely()
         logger.info(
             "arm_accel: accelerated %d Arm passes: %s",
             len(_state["swapped"]),
@@ -367,11 +373,15 @@ def deactivate() -> None:
         from arm_accel.edge import decompositions as edge_decompositions
 
         edge_decompositions.uninstall()
+        from arm_accel import quantize
+
+        quantize.uninstall()
         from arm_accel import collector
 
         collector.uninstall()
         _state.update(activated=False, reason="deactivated", swapped={}, skipped={})
         _state["edge_decompositions"] = "not installed"
+        _state["quantize"] = "not installed"
 
 
 def ensure_active(force: bool = False) -> None:

@@ -82,6 +82,9 @@ class Status:
     #: ``"installed"``, ``"not installed"`` or ``"stock: <why>"``.
     retrace_engine: str
     edge_decompositions: str
+    #: The quantization flow's parts (``arm_accel.quantize``): ``"installed"``,
+    #: ``"not installed"`` or ``"stock: <why>"``.
+    quantize: str
 
     def as_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
