@@ -13,6 +13,7 @@ import torch
 from arm_accel import counters, models
 from arm_accel.devtools.program_compare import graph_differences, program_differences
 from arm_accel.quantize import histogram as qh
+from arm_accel.quantize import observe
 from torch import fx
 from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -54,7 +55,8 @@ def _quantize(
     quantizer = models.quantizer(mode)
     graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
     prepared = prepare_pt2e(graph, quantizer)
-    prepared(*inputs)
+    for batch in _calibration(inputs, 4):
+        prepared(*batch)
     qparams = [
         (n, type(m).__name__, _bits(m.calculate_qparams()))
         for n, m in prepared.named_modules()
@@ -62,6 +64,17 @@ def _quantize(
     ]
     converted = convert_pt2e(prepared)
     return qparams, converted, torch.export.export(converted, inputs, strict=True)
+
+
+def _calibration(inputs: tuple[torch.Tensor, ...], n: int) -> list[tuple[torch.Tensor, ...]]:
+    """``n`` calibration batches: the example inputs, then seeded random ones like them
+    (scaled differently, so that observed ranges grow and stay)."""
+    g = torch.Generator().manual_seed(1)
+    out = [inputs]
+    for i in range(1, n):
+        scale = (0.5, 1.5, 1.0)[i % 3]
+        out.append(tuple(torch.randn(t.shape, generator=g) * scale for t in inputs))
+    return out
 
 
 def _qdq(gm: fx.GraphModule) -> list[Any]:
@@ -106,16 +119,21 @@ def _state(gm: fx.GraphModule) -> list[Any]:
 
 
 def test_quantized_program_identical() -> None:
-    """DS-CNN quantized with ``TOSAQuantizer`` stock (acceleration off) and accelerated: every
-    observer's qparams after calibration, the converted module (graph, names, meta, q/dq
-    nodes' scales and zero points bit for bit, folded constants) and the re-exported program
-    are identical, and the parameter search ran accelerated."""
+    """DS-CNN quantized with ``TOSAQuantizer`` stock (acceleration off) and accelerated, four
+    calibration batches: every observer's qparams after calibration, the converted module
+    (graph, names, meta, q/dq nodes' scales and zero points bit for bit, folded constants) and
+    the re-exported program are identical, and the parameter search, the observers' forward
+    and the histogram upscale ran accelerated."""
     model, inputs, mode = models.build("dscnnkws")  # one model: its modules' ids are in meta
     with arm_accel.disabled():
         stock_q, stock, stock_ep = _quantize(model, inputs, mode)
-    before = counters.snapshot().get(qh.STATS_NAME)
+    snapshot = counters.snapshot()
+    before = snapshot.get(qh.STATS_NAME)
     ours_q, ours, ours_ep = _quantize(model, inputs, mode)
     after = counters.snapshot()[qh.STATS_NAME]
+    for name in (observe.FORWARD_STATS_NAME, observe.UPSCALE_STATS_NAME):
+        ran = counters.snapshot()[name].accelerated
+        assert ran > (snapshot[name].accelerated if name in snapshot else 0), name
 
     assert ours_q == stock_q
     assert any(kind == "HistogramObserver" for _, kind, _ in ours_q)

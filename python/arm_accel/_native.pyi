@@ -269,6 +269,37 @@ def histogram_error_terms(
     ValueError on mismatched lengths or bins out of range.
     """
 
+def histogram_observe(
+    x: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    left: float,
+    right: float,
+    hist: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+) -> str:
+    """``HistogramObserver.forward``'s same-range path: ``x`` counted as ``torch.histc`` with
+    the edges ``left``/``right`` (``torch.linspace(min_val, max_val, bins + 1)``'s first and
+    last values) and added to ``hist`` into ``out``.
+
+    Returns ``"added"``, or ``"not modelled: <why>"`` (a value outside ``[min_val, max_val]``
+    or not finite, edges not a finite increasing range: ``out`` untouched). Raises ValueError
+    on mismatched lengths.
+    """
+
+def histogram_upscale(
+    hist: npt.NDArray[np.float32],
+    upsample: int,
+    mids: npt.NDArray[np.float32],
+    boundaries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+) -> None:
+    """``HistogramObserver._upscale_histogram``'s bucketing and sum into ``out`` (the bins):
+    ``hist`` repeated ``upsample`` times over ``upsample``, bucketed by
+    ``torch.bucketize(mids, boundaries, right=True) - 1`` clamped to the bins, summed per
+    bucket in order as ``torch.bincount``. Raises ValueError on mismatched lengths.
+    """
+
 class NativePanic(RuntimeError):
     """A Rust panic inside a native kernel (message: ``native kernel NAME panicked: ...``)."""
 

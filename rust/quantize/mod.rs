@@ -3,3 +3,4 @@
 
 pub mod error;
 pub mod histogram;
+pub mod observe;

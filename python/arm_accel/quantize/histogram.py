@@ -23,13 +23,13 @@ trace by dynamo) run stock's method, counted as declines.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
-import threading
 import time
 from typing import Any
 
 import torch
+
+from arm_accel.quantize.patch import MethodPatch, native, run_accelerated
 
 #: ``stats()`` entry: one call per parameter search.
 STATS_NAME = "quantize.histogram_search"
@@ -48,13 +48,6 @@ ERROR_DIGESTS = {
     "_compute_quantization_error": "7521b64266ceb072",
     "_get_norm": "5a53c08e204e3608",
 }
-
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
-
-
-class _NativeFailed(Exception):
-    """The native walk raised: the search starts over with stock's method."""
 
 
 def decline_reason(observer: Any) -> str | None:
@@ -88,10 +81,7 @@ def _next_candidate(
 ) -> tuple[float, float, int, int] | None:
     from arm_accel import _native
 
-    try:
-        return _native.histogram_next_candidate(csum, total, *walk)
-    except Exception as exc:
-        raise _NativeFailed(repr(exc)) from exc
+    return native(_native.histogram_next_candidate, csum, total, *walk)  # type: ignore[no-any-return]
 
 
 class _Errors:
@@ -124,18 +114,16 @@ class _Errors:
         if self.native:
             from arm_accel import _native
 
-            try:
-                outcome = _native.histogram_error_terms(
-                    self.hist,
-                    self.min_val,
-                    self.max_val,
-                    self.observer.dst_nbins,
-                    start_bin,
-                    end_bin,
-                    self.norm_np,
-                )
-            except Exception as exc:
-                raise _NativeFailed(repr(exc)) from exc
+            outcome = native(
+                _native.histogram_error_terms,
+                self.hist,
+                self.min_val,
+                self.max_val,
+                self.observer.dst_nbins,
+                start_bin,
+                end_bin,
+                self.norm_np,
+            )
             if outcome == "filled":
                 self.served += 1
                 return float(self.norm.sum().item())
@@ -213,32 +201,12 @@ def _dispatching(stock: Any) -> Any:
 
     @functools.wraps(stock)
     def _non_linear_param_search(self: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        from arm_accel import counters, switch
-
-        t0 = time.perf_counter()
-        if switch.is_enabled():
-            reason = decline_reason(self)
-            if reason is None:
-                fell_back = False
-                try:
-                    return search(self)
-                except _NativeFailed as exc:
-                    fell_back = True
-                    if switch.strict():
-                        counters.record_fallback(STATS_NAME, "strict: native kernel failed")
-                        raise
-                    counters.record_fallback(STATS_NAME, f"native kernel failed: {exc}")
-                finally:
-                    # An exception of stock's own code inside the search is stock's: counted
-                    # as the accelerated call it was.
-                    if not fell_back:
-                        counters.record_call(STATS_NAME, time.perf_counter() - t0, True)
-            else:
-                counters.record_decline(STATS_NAME, reason)
-        try:
-            return stock(self)  # type: ignore[no-any-return]
-        finally:
-            counters.record_call(STATS_NAME, time.perf_counter() - t0, False)
+        return run_accelerated(  # type: ignore[no-any-return]
+            STATS_NAME,
+            lambda: decline_reason(self),
+            lambda: (True, search(self)),
+            lambda: stock(self),
+        )
 
     return _non_linear_param_search
 
@@ -251,55 +219,29 @@ def compares_in_float32() -> bool:
     return not bool(half < above) and bool(torch.tensor(1.0) < 1e39)
 
 
+#: The method replaced.
+PATCH = MethodPatch(SOURCE_MODULE, CLASS, METHOD, MODELLED_DIGEST, _dispatching)
+
+
 def install() -> None:
     """Put ours in place of the class's method (idempotent). Raises ImportError, replacing
-    nothing, where torchao's method is not the source modelled."""
-    from arm_accel.retrace_engine.passthrough import source_digest
-
-    with _lock:
-        if _installed:
-            return
-        cls = getattr(importlib.import_module(SOURCE_MODULE), CLASS)
-        stock = vars(cls)[METHOD]
-        if source_digest(stock) != MODELLED_DIGEST:
-            raise ImportError(f"{SOURCE_MODULE}.{CLASS}.{METHOD} is not the source modelled")
-        if not compares_in_float32():
-            raise ImportError("torch does not compare float32 tensors with floats in float32")
-        ours = _dispatching(stock)
-        setattr(cls, METHOD, ours)
-        _installed.update(cls=cls, method=(stock, ours))
-
-
-def install_safely() -> str:
-    """:func:`install` for the activation: never raises; returns what happened (for status)."""
-    try:
-        install()
-    except Exception as exc:
-        return f"stock: {exc!r}"
-    return "installed"
+    nothing, where torchao's method is not the source modelled or torch compares otherwise."""
+    if not compares_in_float32():
+        raise ImportError("torch does not compare float32 tensors with floats in float32")
+    PATCH.install()
 
 
 def uninstall() -> None:
-    """Put stock's method back (only where ours is still there)."""
-    with _lock:
-        if not _installed:
-            return
-        stock, ours = _installed["method"]
-        cls = _installed["cls"]
-        if vars(cls).get(METHOD) is ours:
-            setattr(cls, METHOD, stock)
-        _installed.clear()
+    PATCH.uninstall()
 
 
 def installed() -> bool:
-    return bool(_installed)
+    return PATCH.installed()
 
 
 def stock_method() -> Any:
     """torchao's own ``_non_linear_param_search`` (installed or not)."""
-    if _installed:
-        return _installed["method"][0]
-    return vars(getattr(importlib.import_module(SOURCE_MODULE), CLASS))[METHOD]
+    return PATCH.stock()
 
 
 __all__ = [
@@ -310,7 +252,6 @@ __all__ = [
     "compares_in_float32",
     "decline_reason",
     "install",
-    "install_safely",
     "installed",
     "search",
     "stock_method",

@@ -1,0 +1,249 @@
+"""``HistogramObserver.forward`` and ``_upscale_histogram`` (calibration) with their per-batch
+work in Rust.
+
+Every calibration batch goes through each activation observer's ``forward``: ``aminmax`` of
+the batch, a dozen 0-dim tensor operations deciding the path, ``torch.histc`` of the batch
+(which enters a parallel region from 200 elements on: on a busy machine each call waits for
+a descheduled thread, milliseconds), and the histogram update. Once calibration has seen a
+few batches most batches stay inside the observed range, where stock's ``forward`` adds
+``torch.histc(x, bins, min_val, max_val)`` to the histogram and changes nothing else.
+
+:func:`forward` takes that path natively (``rust/quantize/observe.rs``): one pass checks that
+every value is finite and inside ``[min_val, max_val]`` (else stock's ``forward`` runs, as
+for an uninitialized observer or an empty range), a second counts the values as ``histc``
+does, with the bin edges ``histc`` uses (``torch.linspace``'s own first and last edge, cached
+per range), and the sums are written into the histogram with stock's own last two calls
+(``detach_().resize_()``, ``copy_``).
+
+When the range grows stock's ``forward`` runs, and its ``_upscale_histogram`` (the old
+histogram re-bucketed into the new range: 32768 binary searches and a weighted ``bincount``)
+is :func:`upscale_histogram`: stock's code with ``bucketize`` and ``bincount`` native, the
+``linspace`` calls torch's own (their values depend on torch's vector width and threads).
+
+Both are pinned to the source digests of the methods read (torchao 0.18), honour
+``switch.is_enabled()`` per call and are counted in ``arm_accel.stats()``
+(:data:`FORWARD_STATS_NAME`, :data:`UPSCALE_STATS_NAME`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from arm_accel.quantize.patch import MethodPatch, native, run_accelerated
+
+#: ``stats()`` entries: one call per observed batch / per re-bucketed histogram.
+FORWARD_STATS_NAME = "quantize.histogram_forward"
+UPSCALE_STATS_NAME = "quantize.histogram_upscale"
+SOURCE_MODULE = "torchao.quantization.pt2e.observer"
+CLASS = "HistogramObserver"
+FORWARD_DIGEST = "5710caa9803a4da6"
+UPSCALE_DIGEST = "cad59b3e62afee79"
+
+#: ``torch.linspace(lo, hi, steps)``'s first and last float32 values per (lo, hi, steps): the
+#: edges ``histc`` bins with. Bounded: cleared when full.
+_edges: dict[tuple[float, float, int], tuple[float, float]] = {}
+_EDGES_MAX = 65536
+
+
+def _plain_float32(t: Any) -> bool:
+    return type(t) is torch.Tensor and t.dtype == torch.float32 and t.device.type == "cpu"
+
+
+def _modes_active() -> bool:
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return (
+        bool(torch._C._len_torch_function_stack())
+        or bool(torch._C._len_torch_dispatch_stack())
+        or is_in_torch_dispatch_mode()
+        or torch.compiler.is_compiling()
+    )
+
+
+def forward_decline_reason(observer: Any, x: Any) -> str | None:
+    """Why ``observer.forward(x)`` runs stock's code (None: the native same-range path may take
+    it, if ``x`` stays inside the range)."""
+    if not _plain_float32(x) or x.numel() == 0:
+        return "input is not a non-empty float32 CPU tensor"
+    histogram, min_val, max_val = observer.histogram, observer.min_val, observer.max_val
+    if not (
+        _plain_float32(histogram)
+        and histogram.dim() == 1
+        and histogram.is_contiguous()
+        and histogram.numel() == observer.bins
+        and _plain_float32(min_val)
+        and _plain_float32(max_val)
+        and min_val.dim() == 0
+        and max_val.dim() == 0
+    ):
+        return "observer state is not float32 CPU tensors of the expected shapes"
+    if not isinstance(observer.bins, int) or not 0 < observer.bins < 32768:
+        return "bins outside 1..32767"
+    if _modes_active():
+        return "a torch function or dispatch mode is active, or dynamo traces"
+    return None
+
+
+def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
+    """The first and last of the bin edges ``torch.histc(x, bins, lo, hi)`` makes."""
+    key = (lo, hi, bins)
+    found = _edges.get(key)
+    if found is None:
+        if len(_edges) >= _EDGES_MAX:
+            _edges.clear()
+        edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float32)
+        found = _edges[key] = (edges[0].item(), edges[-1].item())
+    return found
+
+
+def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
+    """Stock's same-range ``forward`` of ``x_orig`` done natively; None when done, else why
+    stock's ``forward`` must run (nothing changed)."""
+    from arm_accel import _native
+
+    lo, hi = observer.min_val.item(), observer.max_val.item()
+    if not lo < hi or hi - lo == float("inf"):
+        # uninitialized (inf, -inf), one value seen, NaN or an infinite width: stock's paths
+        return "range empty, uninitialized or not finite"
+    left, right = _histc_edges(lo, hi, observer.bins)
+    x = x_orig.detach().contiguous().view(-1).numpy()
+    histogram = observer.histogram
+    combined = torch.empty_like(histogram)
+    outcome: str = native(
+        _native.histogram_observe,
+        x,
+        lo,
+        hi,
+        left,
+        right,
+        histogram.detach().numpy(),
+        combined.numpy(),
+    )
+    if outcome != "added":
+        return outcome
+    # stock's last two calls of this path
+    observer.histogram.detach_().resize_(combined.shape)
+    observer.histogram.copy_(combined)
+    return None
+
+
+def _forward(stock: Any) -> Any:
+    @functools.wraps(stock)
+    def forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
+        def accelerated() -> tuple[bool, Any]:
+            reason = observe_in_range(self, x_orig)
+            return (True, x_orig) if reason is None else (False, reason)
+
+        return run_accelerated(  # type: ignore[no-any-return]
+            FORWARD_STATS_NAME,
+            lambda: forward_decline_reason(self, x_orig),
+            accelerated,
+            lambda: stock(self, x_orig),
+        )
+
+    return forward
+
+
+def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str | None:
+    """Why ``observer._upscale_histogram`` runs stock's code (None: native bucketing)."""
+    if not (_plain_float32(histogram) and histogram.dim() == 1 and histogram.is_contiguous()):
+        return "histogram is not a contiguous 1-d float32 CPU tensor"
+    if not all(_plain_float32(b) and b.dim() == 0 for b in bounds):
+        return "range bounds are not 0-dim float32 CPU tensors"
+    bins, upsample = observer.bins, observer.upsample_rate
+    if not (isinstance(bins, int) and isinstance(upsample, int) and bins >= 1 and upsample >= 1):
+        return "bins or upsample_rate is not a positive int"
+    if histogram.numel() != bins:
+        return "histogram length is not bins"  # stock's bincount raises
+    if _modes_active():
+        return "a torch function or dispatch mode is active, or dynamo traces"
+    return None
+
+
+def upscale_histogram(
+    observer: Any,
+    histogram: torch.Tensor,
+    orig_min: torch.Tensor,
+    orig_max: torch.Tensor,
+    update_min: torch.Tensor,
+    update_max: torch.Tensor,
+) -> torch.Tensor:
+    """Stock's ``_upscale_histogram`` with its ``repeat_interleave``, ``bucketize`` and
+    ``bincount`` native; the mid points and boundaries are stock's expressions."""
+    from arm_accel import _native
+
+    bins, upsample = observer.bins, observer.upsample_rate
+    bin_size = (orig_max - orig_min) / (bins * upsample)
+    mid_points_histogram = (
+        torch.linspace(orig_min, orig_max, bins * upsample + 1, device=orig_min.device)[:-1].to(
+            histogram.device
+        )
+        + 0.5 * bin_size
+    )
+    boundaries_new_histogram = torch.linspace(
+        update_min, update_max, bins + 1, device=update_min.device
+    ).to(histogram.device)
+    update_histogram = torch.empty(bins, dtype=torch.float32)
+    native(
+        _native.histogram_upscale,
+        histogram.detach().numpy(),
+        upsample,
+        mid_points_histogram.numpy(),
+        boundaries_new_histogram.numpy(),
+        update_histogram.numpy(),
+    )
+    return update_histogram
+
+
+def _upscale(stock: Any) -> Any:
+    @functools.wraps(stock)
+    def _upscale_histogram(
+        self: Any,
+        histogram: torch.Tensor,
+        orig_min: torch.Tensor,
+        orig_max: torch.Tensor,
+        update_min: torch.Tensor,
+        update_max: torch.Tensor,
+    ) -> torch.Tensor:
+        args = (histogram, orig_min, orig_max, update_min, update_max)
+        return run_accelerated(  # type: ignore[no-any-return]
+            UPSCALE_STATS_NAME,
+            lambda: upscale_decline_reason(self, *args),
+            lambda: (True, upscale_histogram(self, *args)),
+            lambda: stock(self, *args),
+        )
+
+    return _upscale_histogram
+
+
+FORWARD = MethodPatch(SOURCE_MODULE, CLASS, "forward", FORWARD_DIGEST, _forward)
+UPSCALE = MethodPatch(SOURCE_MODULE, CLASS, "_upscale_histogram", UPSCALE_DIGEST, _upscale)
+PATCHES = (FORWARD, UPSCALE)
+
+
+def install() -> None:
+    for patch in PATCHES:
+        patch.install()
+
+
+def uninstall() -> None:
+    for patch in PATCHES:
+        patch.uninstall()
+
+
+__all__ = [
+    "FORWARD",
+    "FORWARD_STATS_NAME",
+    "PATCHES",
+    "UPSCALE",
+    "UPSCALE_STATS_NAME",
+    "forward_decline_reason",
+    "install",
+    "observe_in_range",
+    "uninstall",
+    "upscale_decline_reason",
+    "upscale_histogram",
+]
