@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import re
 import struct
 from typing import Any
@@ -12,8 +13,8 @@ import pytest
 import torch
 from arm_accel import counters, models
 from arm_accel.devtools.program_compare import graph_differences, program_differences
+from arm_accel.quantize import annotation, observe
 from arm_accel.quantize import histogram as qh
-from arm_accel.quantize import observe
 from torch import fx
 from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -49,12 +50,14 @@ def _bits(value: Any) -> Any:
 
 def _quantize(
     model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str
-) -> tuple[list[Any], fx.GraphModule, Any]:
-    """The observers' qparams after calibration, the converted module and its re-export."""
+) -> tuple[fx.GraphModule, list[Any], fx.GraphModule, Any]:
+    """The prepared module (a copy, before calibration), the observers' qparams after
+    calibration, the converted module and its re-export."""
     torch.manual_seed(0)
     quantizer = models.quantizer(mode)
     graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
     prepared = prepare_pt2e(graph, quantizer)
+    prepared_copy = copy.deepcopy(prepared)
     for batch in _calibration(inputs, 4):
         prepared(*batch)
     qparams = [
@@ -63,7 +66,7 @@ def _quantize(
         if isinstance(m, ObserverBase)
     ]
     converted = convert_pt2e(prepared)
-    return qparams, converted, torch.export.export(converted, inputs, strict=True)
+    return prepared_copy, qparams, converted, torch.export.export(converted, inputs, strict=True)
 
 
 def _calibration(inputs: tuple[torch.Tensor, ...], n: int) -> list[tuple[torch.Tensor, ...]]:
@@ -120,21 +123,28 @@ def _state(gm: fx.GraphModule) -> list[Any]:
 
 def test_quantized_program_identical() -> None:
     """DS-CNN quantized with ``TOSAQuantizer`` stock (acceleration off) and accelerated, four
-    calibration batches: every observer's qparams after calibration, the converted module
+    calibration batches: the prepared module (graph, names, meta, code), every observer's
+    qparams after calibration, the converted module
     (graph, names, meta, q/dq nodes' scales and zero points bit for bit, folded constants) and
-    the re-exported program are identical, and the parameter search, the observers' forward
-    and the histogram upscale ran accelerated."""
+    the re-exported program are identical, and the annotation pipeline, the parameter search,
+    the observers' forward and the histogram upscale ran accelerated."""
     model, inputs, mode = models.build("dscnnkws")  # one model: its modules' ids are in meta
     with arm_accel.disabled():
-        stock_q, stock, stock_ep = _quantize(model, inputs, mode)
+        stock_p, stock_q, stock, stock_ep = _quantize(model, inputs, mode)
     snapshot = counters.snapshot()
     before = snapshot.get(qh.STATS_NAME)
-    ours_q, ours, ours_ep = _quantize(model, inputs, mode)
+    ours_p, ours_q, ours, ours_ep = _quantize(model, inputs, mode)
     after = counters.snapshot()[qh.STATS_NAME]
-    for name in (observe.FORWARD_STATS_NAME, observe.UPSCALE_STATS_NAME):
+    for name in (
+        observe.FORWARD_STATS_NAME,
+        observe.UPSCALE_STATS_NAME,
+        annotation.STATS_NAME,
+    ):
         ran = counters.snapshot()[name].accelerated
         assert ran > (snapshot[name].accelerated if name in snapshot else 0), name
 
+    assert _graph_differences(stock_p, ours_p) == []
+    assert stock_p.code == ours_p.code
     assert ours_q == stock_q
     assert any(kind == "HistogramObserver" for _, kind, _ in ours_q)
     assert _graph_differences(stock, ours) == []

@@ -5,19 +5,26 @@ models, and runs stock's code with acceleration off.
 - :mod:`~arm_accel.quantize.histogram`: ``HistogramObserver._non_linear_param_search`` with
   its bound walk and its candidates' error terms in Rust (``convert_pt2e``'s main cost);
 - :mod:`~arm_accel.quantize.observe`: ``HistogramObserver.forward``'s same-range path and
-  ``_upscale_histogram``'s bucketing in Rust (calibration).
+  ``_upscale_histogram``'s bucketing in Rust (calibration);
+- :mod:`~arm_accel.quantize.annotation`: ``prepare_pt2e``'s Arm annotation pipeline inside the
+  re-trace engine's pipeline scope (deferred recompiles, the codegen memo).
 """
 
 from __future__ import annotations
 
-from arm_accel.quantize import histogram, observe
+from arm_accel.quantize import annotation, histogram, observe
 
 
 def install_safely() -> str:
     """Install every part (for the activation): never raises; what happened, for status
     (``"installed"``, or the parts that stay stock and why)."""
     stock = []
-    for name, install in (("search", histogram.install), ("observe", observe.install)):
+    parts = (
+        ("search", histogram.install),
+        ("observe", observe.install),
+        ("annotation", annotation.install),
+    )
+    for name, install in parts:
         try:
             install()
         except Exception as exc:
@@ -28,6 +35,7 @@ def install_safely() -> str:
 def uninstall() -> None:
     histogram.uninstall()
     observe.uninstall()
+    annotation.uninstall()
 
 
-__all__ = ["histogram", "install_safely", "observe", "uninstall"]
+__all__ = ["annotation", "histogram", "install_safely", "observe", "uninstall"]

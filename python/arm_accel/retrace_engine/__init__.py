@@ -331,6 +331,11 @@ def install() -> None:
         setattr(owner, attr, replacement)
 
 
+def installed() -> bool:
+    """Whether the engine is installed (``install()`` ran, ``uninstall()`` did not since)."""
+    return bool(_installed)
+
+
 def uninstall() -> None:
     """Put the stock functions back."""
     if not _installed:
