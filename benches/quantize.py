@@ -40,20 +40,8 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 def calibration_batches(
     name: str, inputs: tuple[torch.Tensor, ...], n: int
 ) -> list[tuple[torch.Tensor, ...]]:
-    """``n`` batches: the example inputs, then seeded random ones like them (token ids for
-    the language models, normal values for the rest)."""
-    g = torch.Generator().manual_seed(1)
-    out = [inputs]
-    for _ in range(n - 1):
-        batch = []
-        for t in inputs:
-            if t.dtype in (torch.int32, torch.int64):
-                high = 128 if name.startswith("llama") else int(t.max()) + 1
-                batch.append(torch.randint(0, high, t.shape, generator=g, dtype=t.dtype))
-            else:
-                batch.append(torch.randn(t.shape, generator=g))
-        out.append(tuple(batch))
-    return out
+    """``n`` batches: the example inputs, then seeded random ones like them (the demo's)."""
+    return models.calibration_batches(inputs, n)
 
 
 def timed(fn: Callable[[], Any], accelerated: bool) -> tuple[Any, float]:

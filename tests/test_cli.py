@@ -152,6 +152,11 @@ def test_demo_small_model(capsys: pytest.CaptureFixture[str]) -> None:
     for group in profiling.VIEW_PERMUTE_GROUPS:
         assert group in out
     assert "ratio (stock / accelerated):" in out
+    # The whole script stage by stage (FP: export, lower, .pte), stock vs accelerated.
+    for stage in ("export", "lower", ".pte", "whole script"):
+        assert re.search(rf"^{re.escape(stage)}\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x$", out, re.M), out
+    assert "whole script ratio (stock / accelerated):" in out
+    assert ", whole script " in out.splitlines()[-1]
 
 
 def test_demo_unknown_model() -> None:

@@ -420,9 +420,11 @@ def stats_snapshot() -> Stats | None:
 
 def is_pass_entry(name: str) -> bool:
     """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
-    ``"retrace_engine.*"``) or the to_edge stage (``"to_edge.*"``), whose declines by design are
-    counted as fallbacks."""
-    return not name.endswith(".retrace") and not name.startswith(("to_edge.", "retrace_engine."))
+    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``) or the quantization flow
+    (``"quantize.*"``), whose declines by design are counted as fallbacks."""
+    return not name.endswith(".retrace") and not name.startswith(
+        ("to_edge.", "retrace_engine.", "quantize.")
+    )
 
 
 def stats_delta(
