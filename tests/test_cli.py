@@ -138,6 +138,23 @@ def test_profile_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert stats[name]["fallbacks"] == {}, stats[name]
 
 
+def test_profile_stages(capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile --compare`` of a script from module to .pte: every stage of it timed in both
+    runs (export, prepare, calibrate, convert, re-export, lower, .pte), the whole script's
+    wall time covering them, and the stage table with its ratios."""
+    script = os.path.join(DATA, "tiny_quantize_script.py")
+    assert cli.main(["profile", "--compare", "--json", script]) == 0
+    record = json.loads(capsys.readouterr().out)
+    for run in ("stock", "accelerated"):
+        prof = record[run]["profile"]
+        assert list(prof["stages"]) == list(profiling.STAGES), prof["stages"]
+        assert sum(prof["stages"].values()) <= prof["script_seconds"]
+    assert cli.main(["profile", "--compare", "--top", "3", script]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^calibrate\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x$", out, re.M), out
+    assert re.search(r"^whole script ratio: [0-9.]+x; lowering ratio: [0-9.]+x$", out, re.M), out
+
+
 def test_profile_script_args_and_missing_script(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["profile", os.path.join(DATA, "no_such_script.py")]) == 2
 

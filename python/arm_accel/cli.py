@@ -410,11 +410,14 @@ def _run_script(script: str, script_args: list[str], quiet: bool) -> tuple[Profi
     out = contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext()
     try:
         with out, profiling.profiled() as prof:
+            start = time.perf_counter()
             try:
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     raise
+            finally:
+                prof.script_seconds = time.perf_counter() - start
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return prof, arm_accel.stats()
@@ -454,6 +457,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(profiling.compare_table(runs["stock"][0], runs["accelerated"][0], args.top), end="")
     else:
         print(profiling.profile_table(runs["run"][0], args.top), end="")
+    if not args.json:
+        print(profiling.stage_table({name: prof for name, (prof, _) in runs.items()}), end="")
     if args.csv:
         profiling.write_csv(args.csv, {name: prof for name, (prof, _) in runs.items()})
     return 0
