@@ -9,11 +9,13 @@ few batches most batches stay inside the observed range, where stock's ``forward
 ``torch.histc(x, bins, min_val, max_val)`` to the histogram and changes nothing else.
 
 :func:`forward` takes that path natively (``rust/quantize/observe.rs``): one pass checks that
-every value is finite and inside ``[min_val, max_val]`` (else stock's ``forward`` runs, as
-for an uninitialized observer or an empty range), a second counts the values as ``histc``
-does, with the bin edges ``histc`` uses (``torch.linspace``'s own first and last edge, cached
-per range), and the sums are written into the histogram with stock's own last two calls
-(``detach_().resize_()``, ``copy_``).
+every value is finite and inside ``[min_val, max_val]``, a second counts the values as
+``histc`` does, with the bin edges ``histc`` uses (``torch.linspace``'s own first and last edge,
+cached per range), and the sums are written into the histogram with stock's own last two calls
+(``detach_().resize_()``, ``copy_``). Any other batch (the first one, or one widening the
+range) runs stock's ``forward`` statement for statement (:func:`observe`) with its
+``torch.histc`` native (the first batch's ``reset_histogram`` inlined where it is the source
+modelled); infinities, NaN and empty ranges run stock's ``forward`` itself.
 
 When the range grows stock's ``forward`` runs, and its ``_upscale_histogram`` (the old
 histogram re-bucketed into the new range: 32768 binary searches and a weighted ``bincount``)
@@ -28,11 +30,13 @@ Both are pinned to the source digests of the methods read (torchao 0.18), honour
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
+import numpy as np
 import torch
 
-from arm_accel.quantize.patch import MethodPatch, native, run_accelerated
+from arm_accel.quantize.patch import MethodPatch, SourcePin, native, run_accelerated
 
 #: ``stats()`` entries: one call per observed batch / per re-bucketed histogram.
 FORWARD_STATS_NAME = "quantize.histogram_forward"
@@ -41,6 +45,7 @@ SOURCE_MODULE = "torchao.quantization.pt2e.observer"
 CLASS = "HistogramObserver"
 FORWARD_DIGEST = "5710caa9803a4da6"
 UPSCALE_DIGEST = "cad59b3e62afee79"
+RESET_DIGEST = "821ee6fe6f4fcf4c"
 
 #: ``torch.linspace(lo, hi, steps)``'s first and last float32 values per (lo, hi, steps): the
 #: edges ``histc`` bins with. Bounded: cleared when full.
@@ -101,7 +106,7 @@ def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
 
 def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
     """Stock's same-range ``forward`` of ``x_orig`` done natively; None when done, else why
-    stock's ``forward`` must run (nothing changed)."""
+    not (nothing changed)."""
     from arm_accel import _native
 
     lo, hi = observer.min_val.item(), observer.max_val.item()
@@ -130,11 +135,79 @@ def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
     return None
 
 
+def histc(x: Any, lo: float, hi: float, bins: int) -> torch.Tensor | str:
+    """``torch.histc(x, bins, min=lo, max=hi)`` of the flat float32 array ``x``, all of whose
+    values are finite and inside ``[lo, hi]``, ``lo < hi``; or why it is not modelled."""
+    from arm_accel import _native
+
+    if not lo < hi:
+        return "histc of an empty range (it widens it by the input's own extremes)"
+    left, right = _histc_edges(lo, hi, bins)
+    counts = torch.empty(bins, dtype=torch.float32)
+    zeros = np.zeros(bins, dtype=np.float32)
+    outcome: str = native(_native.histogram_observe, x, lo, hi, left, right, zeros, counts.numpy())
+    return counts if outcome == "added" else outcome
+
+
+def observe(observer: Any, x_orig: torch.Tensor) -> str | None:
+    """Stock's ``forward`` of ``x_orig`` with its ``torch.histc`` native: every other
+    operation is stock's, in stock's order (the first batch's ``reset_histogram`` inlined,
+    where it is the source modelled); None when done, else why not (nothing changed)."""
+    x = x_orig.detach()
+    x_min, x_max = torch.aminmax(x)
+    lo, hi = x_min.item(), x_max.item()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "an infinite or NaN value"  # stock warns and drops infinities
+    flat = x.contiguous().view(-1).numpy()
+    bins = observer.bins
+    current_min, current_max = observer.min_val, observer.max_val
+    if observer.min_val == float("inf") or observer.max_val == float("-inf"):
+        if "reset_histogram" in vars(observer) or not RESET.holds(type(observer)):
+            return "reset_histogram is not the source modelled"
+        first = histc(flat, lo, hi, bins)
+        if isinstance(first, str):
+            return first
+        # reset_histogram(x, x_min, x_max)
+        observer.min_val.resize_(x_min.shape)
+        observer.min_val.copy_(x_min)
+        observer.max_val.resize_(x_max.shape)
+        observer.max_val.copy_(x_max)
+        assert x_min.numel() == 1 and x_max.numel() == 1, "histogram min/max values must be scalar."
+        observer.histogram.detach_().resize_(first.shape)
+        observer.histogram.copy_(first)
+        return None
+    new_min = torch.min(current_min, x_min)
+    new_max = torch.max(current_max, x_max)
+    new_min, new_max = new_min.detach(), new_max.detach()
+    update_histogram = histc(flat, new_min.item(), new_max.item(), bins)
+    if isinstance(update_histogram, str):
+        return update_histogram
+    if new_min == current_min and new_max == current_max:
+        combined_histogram = observer.histogram + update_histogram
+        observer.histogram.detach_().resize_(combined_histogram.shape)
+        observer.histogram.copy_(combined_histogram)
+    else:
+        combined_histogram = observer._combine_histograms(
+            observer.histogram, current_min, current_max, update_histogram, new_min, new_max
+        )
+        observer.histogram.detach_().resize_(combined_histogram.shape)
+        observer.histogram.copy_(combined_histogram)
+        observer.min_val.detach_().resize_(new_min.shape)
+        observer.min_val.copy_(new_min)
+        observer.max_val.detach_().resize_(new_max.shape)
+        observer.max_val.copy_(new_max)
+    return None
+
+
 def _forward(stock: Any) -> Any:
     @functools.wraps(stock)
     def forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
         def accelerated() -> tuple[bool, Any]:
-            reason = observe_in_range(self, x_orig)
+            # The lean same-range path first (most batches), else stock's forward with a
+            # native histc.
+            if observe_in_range(self, x_orig) is None:
+                return True, x_orig
+            reason = observe(self, x_orig)
             return (True, x_orig) if reason is None else (False, reason)
 
         return run_accelerated(  # type: ignore[no-any-return]
@@ -220,6 +293,8 @@ def _upscale(stock: Any) -> Any:
 
 
 FORWARD = MethodPatch(SOURCE_MODULE, CLASS, "forward", FORWARD_DIGEST, _forward)
+#: Not replaced: the source ``observe`` inlines for a first batch (``RESET.holds``).
+RESET = SourcePin(SOURCE_MODULE, CLASS, "reset_histogram", RESET_DIGEST)
 UPSCALE = MethodPatch(SOURCE_MODULE, CLASS, "_upscale_histogram", UPSCALE_DIGEST, _upscale)
 PATCHES = (FORWARD, UPSCALE)
 
@@ -241,7 +316,9 @@ __all__ = [
     "UPSCALE",
     "UPSCALE_STATS_NAME",
     "forward_decline_reason",
+    "histc",
     "install",
+    "observe",
     "observe_in_range",
     "uninstall",
     "upscale_decline_reason",

@@ -68,6 +68,31 @@ def run_accelerated(
 
 
 @dataclass
+class SourcePin:
+    """A method modelled without being replaced (its body inlined by ours): holds for a class
+    whose method is the one defined at ``module:cls`` and has the source digest ``digest``."""
+
+    module: str
+    cls: str
+    method: str
+    digest: str
+    _checked: dict[Any, bool] = field(default_factory=dict, repr=False)
+
+    def holds(self, owner: type) -> bool:
+        from arm_accel.retrace_engine.passthrough import source_digest
+
+        method = getattr(owner, self.method, None)
+        found = self._checked.get(method)
+        if found is None:
+            defining = getattr(importlib.import_module(self.module), self.cls)
+            found = vars(defining).get(self.method) is method and (
+                source_digest(method) == self.digest
+            )
+            self._checked[method] = found
+        return found
+
+
+@dataclass
 class MethodPatch:
     """``module:cls.method`` replaced by ``make(stock)`` where its source digest is ``digest``."""
 
