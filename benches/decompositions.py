@@ -29,7 +29,7 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
-from arm_accel import models
+from arm_accel import models, patches
 from arm_accel.edge import provenance
 from torch import fx
 from torch.export import ExportedProgram
@@ -192,7 +192,7 @@ def measure(name: str) -> list[dict[str, Any]]:
     """Stock's calls (acceleration off) of one lowering, recorded."""
     import arm_accel
 
-    provenance.install()
+    patches.install(("edge.provenance",))
     model, inputs, mode = models.build(name)
     exported = models.export_for_arm(model, inputs, mode)
     with arm_accel.disabled(), recording(profile=True) as rows, edge_stage_only():

@@ -47,9 +47,14 @@ SCRIPT = r"""
 import json, os, sys
 report = {"torch_at_start": "torch" in sys.modules,
           "finder": any(type(f).__name__ == "ArmAccelFinder" for f in sys.meta_path)}
-import arm_accel.passes
-arm_accel.passes.REGISTRY.clear()
-arm_accel.passes.REGISTRY["RemoveNoopPass"] = "double_mod:DoubleNoop"
+from arm_accel.patches import table
+from arm_accel.patches.model import ClassSwap, Group
+table.GROUPS = tuple(
+    Group("passes", "pipeline", "test double",
+          (ClassSwap("RemoveNoopPass", "double_mod:DoubleNoop", "test double"),), independent=True)
+    if g.name == "passes" else g
+    for g in table.GROUPS
+)
 
 import torch
 from executorch.backends.arm.tosa.compile_spec import TosaCompileSpec
@@ -167,20 +172,21 @@ IMPORT_OURS_FIRST = r"""
 import json, sys
 import arm_accel.passes.propagate  # imports executorch's Arm passes while still executing
 import arm_accel
-import arm_accel.passes
+from arm_accel.patches import table
 import executorch.backends.arm._passes as pkg
 import executorch.backends.arm._passes.arm_pass_manager as apm
 st = arm_accel.status()
+registry = [row.name for row in table.group("passes").rows]
 print(json.dumps({
-    "registry": sorted(arm_accel.passes.REGISTRY),
+    "registry": sorted(registry),
     "swapped": sorted(st.swapped),
     "skipped": dict(st.skipped),
     "ours_in_pkg": sorted(
-        n for n in arm_accel.passes.REGISTRY
+        n for n in registry
         if getattr(getattr(pkg, n, None), "_arm_accel_impl", None) is not None
     ),
     "stock_in_apm": sorted(
-        n for n in arm_accel.passes.REGISTRY
+        n for n in registry
         if hasattr(apm, n) and getattr(getattr(apm, n), "_arm_accel_impl", None) is None
     ),
 }))
@@ -450,10 +456,14 @@ def test_apply_failure_restores_graph_and_runs_stock(clean_stats, caplog, lenien
     assert sum("apply failed" in r.getMessage() for r in caplog.records) <= 1
 
 
-def test_decline_runs_stock(clean_stats) -> None:
+def test_decline_runs_stock(clean_stats, caplog) -> None:
+    """A decline by design runs stock, counted with its reason, and logs no warning (an
+    expected decline is not news); a failure warns (``test_stats_api``)."""
     gm = torch.fx.symbolic_trace(_Model())
-    assert AccelDecline().call(gm)["stock"] is True
+    with caplog.at_level(logging.WARNING, logger="arm_accel"):
+        assert AccelDecline().call(gm)["stock"] is True
     assert arm_accel.stats()["FakeStock"].fallbacks == {"symbolic shapes": 1}
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 def test_journal_commit_rejects_erasing_used_node() -> None:
@@ -482,16 +492,15 @@ def test_mixin_must_come_first() -> None:
 def isolated_activation(monkeypatch):
     was_active = activation.status().activated
     activation.deactivate()
-    saved = dict(activation._state)
+    monkeypatch.setattr(activation, "_state", activation._State())
     monkeypatch.setattr(activation, "_warned", set())
     yield
     activation.deactivate()
     # Re-activate with the test's patches (fake package, versions) undone, or it stays off
     # for every later test in this process.
     monkeypatch.undo()
-    activation._state.update(saved)
     if was_active:
-        activation._state["activated"] = False
+        activation._state.activated = False
         activation.activate()
 
 
@@ -520,12 +529,18 @@ def test_unsupported_version_stays_off_and_warns_once(monkeypatch, caplog, isola
 
 
 def test_supported_version_swaps_fake_package(monkeypatch, isolated_activation):
-    import arm_accel.passes
+    """With a table of two class swaps (one whose stock class does not exist) against a fake
+    passes package: the one swaps in everywhere and back out, the other is reported stock."""
+    from arm_accel.patches import table
+    from arm_accel.patches.model import ClassSwap, Group
 
     stock = _fake_passes_package(monkeypatch)
     monkeypatch.setattr(activation, "check_versions", lambda: (True, {}))
     spec = f"{__name__}:AccelForFake"
-    monkeypatch.setattr(arm_accel.passes, "REGISTRY", {"RemoveNoopPass": spec, "Nope": spec})
+    rows = (ClassSwap("RemoveNoopPass", spec, "test"), ClassSwap("Nope", spec, "test"))
+    monkeypatch.setattr(
+        table, "GROUPS", (Group("passes", "pipeline", "test", rows, independent=True),)
+    )
     globals()["AccelForFake"] = type("AccelForFake", (AcceleratedPass, stock), {})
     assert activation.activate() is True
     new = sys.modules[activation.PASSES_PACKAGE].RemoveNoopPass

@@ -1,4 +1,4 @@
-"""Issue 17: inside ``cia_ops.collecting_once()`` a collection of CompositeImplicitAutograd ops
+"""Inside ``cia_ops.collecting_once()`` a collection of CompositeImplicitAutograd ops
 (``torch._export.utils._collect_all_valid_cia_ops``, run twice per ``run_decompositions``
 call) materializes the C++ registrations once instead of once per ``torch.ops`` namespace.
 
@@ -13,9 +13,8 @@ from collections.abc import Iterator
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import counters
+from arm_accel import counters, patches
 from arm_accel.edge import cia_ops
-from arm_accel.edge import decompositions as _decompositions  # noqa: F401 - installs cia_ops
 from torch._export import utils as export_utils
 
 
@@ -40,7 +39,9 @@ def _accelerated() -> int:
 def test_collection_in_the_block_is_stocks_with_one_query(queries: list[str]) -> None:
     """The set of preservable CIA ops collected in the block equals stock's; stock queried the
     dispatcher once per non-aten namespace (more than ten here), the block once; counted."""
-    assert export_utils._collect_all_valid_cia_ops is not cia_ops._installed["collect"][0]
+    assert export_utils._collect_all_valid_cia_ops is not patches.original(
+        "edge.cia_ops.collect.utils"
+    )
     stock = export_utils._collect_all_valid_cia_ops()
     stock_queries = len(queries)
     del queries[:]
@@ -62,7 +63,7 @@ def test_op_registered_between_collections_is_collected(queries: list[str]) -> N
             lib.define("twice(Tensor x) -> Tensor")
             lib.impl("twice", lambda x: x + x, "CompositeImplicitAutograd")
             second = export_utils._collect_all_valid_cia_ops()
-            stock = cia_ops._installed["collect"][0]()
+            stock = patches.original("edge.cia_ops.collect.utils")()
             op = torch.ops.arm_accel_cia_test.twice.default
         finally:
             lib._destroy()
@@ -75,7 +76,7 @@ def test_failed_materialization_is_retried(monkeypatch: pytest.MonkeyPatch) -> N
     """A materialization that raises does not count as done: the exception leaves the
     collection (as stock's does) and the next collection materializes again."""
     calls: list[int] = []
-    stock = cia_ops._installed["materialize"][0]
+    stock = patches.original("edge.cia_ops.materialize")
 
     def failing_once() -> None:
         calls.append(1)
@@ -84,44 +85,10 @@ def test_failed_materialization_is_retried(monkeypatch: pytest.MonkeyPatch) -> N
         stock()
 
     monkeypatch.setattr(
-        export_utils, "_materialize_cpp_cia_ops", cia_ops._materialization(failing_once)
+        export_utils, "_materialize_cpp_cia_ops", cia_ops.materialization(failing_once)
     )
     with cia_ops.collecting_once():
         with pytest.raises(RuntimeError, match="registry unavailable"):
             export_utils._collect_all_valid_cia_ops()
         export_utils._collect_all_valid_cia_ops()
     assert len(calls) == 2
-
-
-def test_uninstall_restores_stock() -> None:
-    """uninstall puts stock's functions back in every module binding them; install re-wraps."""
-    import importlib
-
-    modules = [importlib.import_module(m) for m in cia_ops.COLLECTION_MODULES]
-    stock_collect = cia_ops._installed["collect"][0]
-    stock_materialize = cia_ops._installed["materialize"][0]
-    cia_ops.uninstall()
-    try:
-        assert all(m._collect_all_valid_cia_ops is stock_collect for m in modules)
-        assert export_utils._materialize_cpp_cia_ops is stock_materialize
-    finally:
-        cia_ops.install()
-    assert all(m._collect_all_valid_cia_ops is not stock_collect for m in modules)
-    assert export_utils._materialize_cpp_cia_ops is not stock_materialize
-
-
-def test_another_source_wraps_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a torch whose collection reads differently (a digest that does not match the
-    source modelled), install raises ImportError and leaves stock's functions in place."""
-    stock_collect = cia_ops._installed["collect"][0]
-    cia_ops.uninstall()
-    try:
-        monkeypatch.setitem(cia_ops.MODELLED_SOURCES, "_materialize_cpp_cia_ops", "0" * 16)
-        with pytest.raises(ImportError, match="_materialize_cpp_cia_ops"):
-            cia_ops.install()
-        assert not cia_ops.installed()
-        assert export_utils._collect_all_valid_cia_ops is stock_collect
-    finally:
-        monkeypatch.undo()
-        cia_ops.install()
-    assert cia_ops.installed()

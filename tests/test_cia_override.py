@@ -1,4 +1,4 @@
-"""Issue 17: inside the edge stage's decomposition calls, ``_override_composite_implicit_decomp``
+"""Inside the edge stage's decomposition calls, ``_override_composite_implicit_decomp``
 (torch.export.exported_program) is :func:`arm_accel.edge.cia_override.overriding`, which makes
 the same patches without building ``py_impl`` / ``register_op_impl`` decorators.
 
@@ -16,9 +16,8 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import counters
+from arm_accel import counters, patches
 from arm_accel.edge import cia_ops, cia_override
-from arm_accel.edge import decompositions as _decompositions  # noqa: F401 - installs the override
 from arm_accel.records import PassStats
 from torch._subclasses import fake_impls
 from torch.export import default_decompositions
@@ -27,7 +26,7 @@ from torch.export.exported_program import _split_decomp_table_to_cia_and_python_
 
 
 def _stock() -> Callable[..., Any]:
-    return cia_override._installed["override"][0]
+    return patches.original("edge.cia_override")
 
 
 def _kind(fn: Any) -> Any:
@@ -131,24 +130,3 @@ def test_an_op_that_is_not_an_opoverload_runs_stock() -> None:
     assert any(
         "not an OpOverload" in r for r in counters.snapshot()[cia_override.STATS_NAME].fallbacks
     )
-
-
-def test_uninstall_restores_stock_and_another_source_replaces_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """uninstall puts stock's function back; with a digest that does not match the source
-    modelled, install raises ImportError and stock's stays; install re-replaces."""
-    stock = _stock()
-    cia_override.uninstall()
-    try:
-        assert ep_module._override_composite_implicit_decomp is stock
-        key = ("torch._ops", "OpOverload.py_impl")
-        monkeypatch.setitem(cia_override.MODELLED_SOURCES, key, "0" * 16)
-        with pytest.raises(ImportError, match="py_impl"):
-            cia_override.install()
-        assert not cia_override.installed()
-        assert ep_module._override_composite_implicit_decomp is stock
-    finally:
-        monkeypatch.undo()
-        cia_override.install()
-    assert ep_module._override_composite_implicit_decomp is not stock

@@ -12,14 +12,13 @@ import arm_accel
 import fuzz_models as fm
 import pytest
 import torch
-from arm_accel import PassStats, counters, models, switch
+from arm_accel import PassStats, counters, models, patches, switch
 from arm_accel.devtools.program_compare import assert_programs_equal, program_differences
 from arm_accel.edge import cia_ops, cia_override, decompositions, param_meta, subtrace
 from arm_accel.retrace_engine import fake_memo
 from arm_accel.testing import assert_graphs_equal
 from hypothesis import given
 from torch import fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.export import ExportedProgram
 
 
@@ -72,7 +71,7 @@ def active() -> None:
     import executorch.backends.arm._passes  # noqa: F401  (the activation's trigger)
 
     arm_accel.enable()
-    assert decompositions.installed(), arm_accel.status().edge_decompositions
+    assert patches.installed("edge.decompositions"), arm_accel.status().edge_decompositions
 
 
 def test_lowering_equals_stock(active: None) -> None:
@@ -178,7 +177,7 @@ def test_shared_provenance_equals_deep_copy(active: None) -> None:
     from arm_accel.edge import provenance
     from torch.fx.traceback import NodeSource, NodeSourceAction
 
-    assert provenance.installed()
+    assert patches.installed("edge.provenance")
     ep = _functional_tiny().run_decompositions({})  # chains two levels deep
     node = next(n for n in ep.graph.nodes if n.op == "call_function")
     chain = node.meta["from_node"]
@@ -367,32 +366,6 @@ def test_outside_the_edge_stage_is_stock(active: None) -> None:
     out = ep.run_decompositions({})
     assert counters.snapshot().get(decompositions.STATS_NAME) == before
     assert [n.name for n in out.graph.nodes] == [n.name for n in ep.graph.nodes]
-
-
-def test_uninstall_restores_stock(active: None) -> None:
-    """uninstall puts executorch's function and torch's methods (``run_decompositions``,
-    ``NodeSource.__init__``, ``FakeTensorMode.dispatch``) back and uninstalls the parts
-    (provenance, param/buffer metadata); install re-wraps them."""
-    import executorch.exir.program._program as prog
-    from arm_accel.edge import provenance
-    from torch.fx.traceback import NodeSource
-
-    ours_method = ExportedProgram.run_decompositions
-    ours_stage = prog._gen_edge_manager_for_partitioners
-    ours_init = NodeSource.__init__
-    ours_dispatch = FakeTensorMode.dispatch
-    decompositions.uninstall()
-    try:
-        assert ExportedProgram.run_decompositions is ours_method.__wrapped__  # type: ignore[attr-defined]
-        assert prog._gen_edge_manager_for_partitioners is ours_stage.__wrapped__  # type: ignore[attr-defined]
-        assert NodeSource.__init__ is ours_init.__wrapped__  # type: ignore[attr-defined]
-        assert FakeTensorMode.dispatch is ours_dispatch.__wrapped__  # type: ignore[attr-defined]
-        assert not provenance.installed() and not param_meta.installed()
-    finally:
-        decompositions.install()
-    assert decompositions.installed() and provenance.installed() and param_meta.installed()
-    assert NodeSource.__init__ is not ours_init.__wrapped__  # type: ignore[attr-defined]
-    assert FakeTensorMode.dispatch is not ours_dispatch.__wrapped__  # type: ignore[attr-defined]
 
 
 def _fallbacks() -> dict[str, int]:

@@ -20,7 +20,7 @@ from typing import Any
 import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import pytest
 import torch
-from arm_accel import retrace_engine, switch
+from arm_accel import patches, retrace_engine, switch
 from arm_accel.retrace_engine import deferred
 from torch import fx
 
@@ -238,7 +238,7 @@ def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.Monk
     defer = deferred.defer
 
     def recording(gm: fx.GraphModule, numbered: bool = False) -> deferred.DeferredCode:
-        expected = retrace_engine._installed["python_code"](gm._graph, "self").src
+        expected = patches.original("retrace_engine.python_code")(gm._graph, "self").src
         result = defer(gm, numbered)
         snap = deferred.pending(gm)
         assert snap is not None

@@ -231,9 +231,10 @@ def test_dispatch_level_memo_serves_only_inside_its_block(mode: FakeTensorMode) 
     is served."""
     import threading
 
-    from arm_accel import PassStats, counters
+    from arm_accel import PassStats, counters, patches
 
-    fake_memo.install()
+    patches.install(("edge.fake_memo",))
+    assert patches.installed("edge.fake_memo")
 
     def served() -> int:
         entry = counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats())

@@ -56,12 +56,12 @@ gm = edge.exported_program().graph_module
 blobs = [bytes(m.processed_bytes) for _, m, _ in get_lowered_submodules(gm)]
 
 import arm_accel  # only now
-import arm_accel.passes
+from arm_accel.patches import table
 print("REPORT" + json.dumps({
     "tosa_sha256": [hashlib.sha256(b).hexdigest() for b in blobs],
     "stats": arm_accel.stats().as_dict(),
     "status": arm_accel.status().as_dict(),
-    "registry": dict(arm_accel.passes.REGISTRY),
+    "registry": {r.name: r.replacement for r in table.group("passes").rows},
     "arm_accel_file": arm_accel.__file__,
 }))
 """

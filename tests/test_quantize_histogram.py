@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import arm_accel
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import numpy as np
 import pytest
 import torch
-from arm_accel import counters
+from arm_accel import counters, patches
 from arm_accel.quantize import histogram as qh
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -45,8 +46,9 @@ CONFIGS = (
 
 @pytest.fixture(autouse=True)
 def _installed() -> None:
-    qh.install()
-    assert qh.installed()
+    assert patches.installed("quantize.search"), [
+        s for s in patches.states() if s.group == "quantize.search"
+    ]
 
 
 def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
@@ -311,11 +313,11 @@ def test_switch_off_runs_stock() -> None:
     assert after.calls - (before.calls if before else 0) == 1
     assert after.accelerated == (before.accelerated if before else 0)
     stock = qh.stock_method()
-    qh.uninstall()
+    patches.uninstall(("quantize.search",))
     try:
         assert vars(HistogramObserver)["_non_linear_param_search"] is stock
     finally:
-        qh.install()
+        patches.install(("quantize.search",))
     assert vars(HistogramObserver)["_non_linear_param_search"] is not stock
 
 

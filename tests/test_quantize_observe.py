@@ -8,10 +8,11 @@ import os
 from typing import Any
 
 import arm_accel
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
 import numpy as np
 import pytest
 import torch
-from arm_accel import counters
+from arm_accel import counters, patches
 from arm_accel.quantize import observe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,8 +29,9 @@ FUZZ = settings(
 
 @pytest.fixture(autouse=True)
 def _installed() -> None:
-    observe.install()
-    assert all(p.installed() for p in observe.PATCHES)
+    assert patches.installed("quantize.observe"), [
+        s for s in patches.states() if s.group == "quantize.observe"
+    ]
 
 
 def _bits(t: torch.Tensor) -> tuple[Any, ...]:

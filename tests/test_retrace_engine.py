@@ -11,6 +11,7 @@ in-place path (a fallback would compare stock with stock).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import types
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +20,8 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import pytest
 import torch
 from arm_accel import PassStats, counters, retrace_engine, switch
+from arm_accel.patches import table
+from arm_accel.patches.model import Pin
 from arm_accel.retrace_engine import fake_memo, inplace
 from arm_accel.testing import assert_graphs_identical
 from executorch.backends.arm._passes.arm_pass import ArmPass
@@ -212,7 +215,11 @@ def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch
     for cls in (ScalarToTensorPass, SymToTensorPass):
         every = pt.passthrough(cls())
         assert every is not None and every(ADD) and every(aten.t.default)
-    monkeypatch.setitem(pt._REBUILD_UNCHANGED, next(iter(pt._REBUILD_UNCHANGED)), "0" * 16)
+    read = table.model("exir.scalar_to_tensor")
+    changed = dataclasses.replace(read, pins=(Pin(read.pins[0].ref, {"0.0.0": "0" * 16}),))
+    monkeypatch.setattr(
+        table, "MODELS", tuple(changed if m.name == changed.name else m for m in table.MODELS)
+    )
     assert pt.passthrough(ScalarToTensorPass()) is None
 
 

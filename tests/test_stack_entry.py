@@ -79,15 +79,3 @@ def test_installed_in_the_pinned_modules_only() -> None:
         assert module.traceback.format_stack is stack_entry.format_stack
         assert module.traceback.extract_stack is traceback.extract_stack
     assert pass_base.traceback is traceback
-
-
-def test_another_source_keeps_stock(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A module whose source is not the one read is not given the shim, counted."""
-    monkeypatch.setitem(
-        stack_entry._MODULE_DIGESTS, "executorch.backends.arm._passes.arm_pass", "0" * 16
-    )
-    counters.reset()
-    names = [key for key, *_ in stack_entry.targets()]
-    assert names == ["executorch.backends.arm._passes.arm_pass_utils.traceback"]
-    fallbacks = dict(counters.snapshot()[stack_entry.STATS_NAME].fallbacks)
-    assert fallbacks == {"another source of executorch.backends.arm._passes.arm_pass": 1}

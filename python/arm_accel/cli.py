@@ -86,12 +86,11 @@ def activation_status(status: Status) -> tuple[str, str]:
     why = status.reason
     if not status.enabled:
         why = f"switched off (ARM_ACCEL=0 or arm_accel.disable()); {why}"
-    if status.swapped:
-        why += f"; {len(status.swapped)} passes swapped: {', '.join(sorted(status.swapped))}"
+    if status.activated:
+        installed = sum(r.installed for r in status.patches)
+        why += f"; {installed} of {len(status.patches)} patches installed"
     if not status.hook_installed and not status.activated:
         why += "; import hook not installed (arm_accel_hook.pth not loaded)"
-    if status.skipped:
-        why += f"; skipped: {dict(status.skipped)}"
     return ("yes" if status.enabled and status.activated else "no"), why
 
 
@@ -131,6 +130,35 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"accelerated {active} ({why})")
     for k, v in env.items():
         print(f"env         {k}={v}")
+    print_patches(status)
+    return 0
+
+
+def print_patches(status: Status) -> None:
+    """Every row of the patch table and every modelled behaviour, installed or why stock."""
+    rows, models = status.patches, status.models
+    print(f"patches     {sum(r.installed for r in rows)} of {len(rows)} installed")
+    for r in rows:
+        print(f"  {r.layer:8} {r.group:19} {r.row:40} {r.reason}")
+    print(f"models      {sum(m.holds for m in models)} of {len(models)} hold")
+    for m in models:
+        print(f"  {m.name:69} {m.reason}")
+
+
+def cmd_check_pins(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from arm_accel.patches import check
+
+    if args.python:
+        target = check.environment(args.python)
+    else:
+        target = check.Target(tuple(Path(t) for t in args.tree), args.torch, args.executorch)
+    findings = check.run(target)
+    if args.json:
+        print(json.dumps([f.__dict__ for f in findings], indent=2))
+    else:
+        print(check.report(target, findings))
     return 0
 
 
@@ -487,6 +515,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="print versions, arm_accel.status() and the ARM_ACCEL* environment as JSON",
     )
     p.set_defaults(fn=cmd_info)
+
+    p = sub.add_parser(
+        "check-pins",
+        help="which patch table rows another torch/executorch would keep stock",
+        description="Read every source the patch table pins from another installation (its "
+        "interpreter) or from source trees, without importing it, and list the rows and "
+        "models that would stay stock there.",
+    )
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--python", help="the interpreter of another installation")
+    where.add_argument(
+        "--tree", action="append", help="a source tree or site-packages directory (repeatable)"
+    )
+    p.add_argument("--torch", help="with --tree: the torch version the tree is")
+    p.add_argument("--executorch", help="with --tree: the executorch version the tree is")
+    p.add_argument("--json", action="store_true", help="one JSON list instead of the text")
+    p.set_defaults(fn=cmd_check_pins)
 
     p = sub.add_parser("demo", help="lower the bundled model stock and accelerated")
     p.add_argument(

@@ -3,7 +3,7 @@
 A lowering allocates millions of objects while a large heap stays alive (the programs and their
 graphs, torch's own modules, the user's model), and each full collection walks all of it: about
 4 s of an accelerated llama8 lowering (13%, ``benches/RESULTS.md``). Inside :func:`lowering`
-(the edge stage, ``EdgeProgramManager.to_backend`` and the Arm pass pipeline, see :func:`install`)
+(the edge stage, ``EdgeProgramManager.to_backend`` and the Arm pass pipeline, see :func:`scoped`)
 the objects alive on entry are frozen (``gc.freeze``: they are not walked again, and they were
 alive, so nothing collectable is kept) and full collections run less often (the oldest
 generation's threshold raised to :data:`OLD_GENERATION_THRESHOLD`); both are put back when the
@@ -56,36 +56,18 @@ def lowering() -> Iterator[None]:
                 _saved[0] = None
 
 
-_installed: dict[str, object] = {}
+def scoped(stock: Any) -> Any:
+    """``EdgeProgramManager.to_backend`` (partitioning, the Arm pipeline in the backend's
+    preprocess, serialization) in :func:`lowering`'s scope (the patch table's ``collector``
+    row); the edge stage and ``ArmPassManager._transform`` open their own scopes where
+    arm-accel already wraps them."""
 
+    @functools.wraps(stock)
+    def to_backend(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with lowering():
+            return stock(self, *args, **kwargs)
 
-def install() -> None:
-    """Scope ``EdgeProgramManager.to_backend`` (partitioning, the Arm pipeline in the backend's
-    preprocess, serialization); the edge stage and ``ArmPassManager._transform`` open their own
-    scopes where arm-accel already wraps them. Idempotent."""
-    from executorch.exir.program._program import EdgeProgramManager
-
-    with _lock:
-        if _installed:
-            return
-        stock = EdgeProgramManager.to_backend
-
-        @functools.wraps(stock)
-        def to_backend(self: EdgeProgramManager, *args: Any, **kwargs: Any) -> Any:
-            with lowering():
-                return stock(self, *args, **kwargs)
-
-        EdgeProgramManager.to_backend = to_backend  # type: ignore[method-assign]
-        _installed.update(stock=stock, ours=to_backend)
-
-
-def uninstall() -> None:
-    from executorch.exir.program._program import EdgeProgramManager
-
-    with _lock:
-        if _installed and vars(EdgeProgramManager).get("to_backend") is _installed["ours"]:
-            EdgeProgramManager.to_backend = _installed["stock"]  # type: ignore[method-assign]
-        _installed.clear()
+    return to_backend
 
 
 def _begin() -> tuple[int, int, int] | None:
@@ -103,4 +85,4 @@ def _end(thresholds: tuple[int, int, int]) -> None:
     gc.set_threshold(*thresholds)
 
 
-__all__ = ["OLD_GENERATION_THRESHOLD", "install", "lowering", "uninstall"]
+__all__ = ["OLD_GENERATION_THRESHOLD", "lowering", "scoped"]

@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
+from arm_accel.patches.model import ModelState, RowState
+
 
 @dataclass(frozen=True)
 class PassStats:
@@ -82,9 +84,13 @@ class Status:
     #: ``"installed"``, ``"not installed"`` or ``"stock: <why>"``.
     retrace_engine: str
     edge_decompositions: str
-    #: The quantization flow's parts (``arm_accel.quantize``): ``"installed"``,
-    #: ``"not installed"`` or ``"stock: <why>"``.
-    quantize: str
+    #: Every row of the patch table (:mod:`arm_accel.patches.table`): installed, or why stock.
+    patches: tuple[RowState, ...] = ()
+    #: Every stock behaviour the code models at run time: whether its pins hold here.
+    models: tuple[ModelState, ...] = ()
 
     def as_dict(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        record = dataclasses.asdict(self)
+        record["patches"] = list(record["patches"])
+        record["models"] = list(record["models"])
+        return record

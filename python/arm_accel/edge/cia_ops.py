@@ -30,28 +30,9 @@ from arm_accel.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per collection that materialized once.
 STATS_NAME = "to_edge.cia_ops"
-#: The source digests (``passthrough.source_digest``) of the ``torch._export.utils`` functions
-#: the argument above was read from (torch 2.13): with another source nothing is wrapped.
-MODELLED_SOURCES = {
-    "_collect_all_valid_cia_ops": "1d09a99ea79bd377",
-    "_collect_all_valid_cia_ops_for_namespace": "c26d5cd619830773",
-    "_materialize_cpp_cia_ops": "51472f6b4e2c3782",
-    "_is_preservable_cia_op": "00d78e92c3d6d9f6",
-    "_check_valid_to_preserve": "a225772212a823aa",
-    "_is_cia_op": "4588c37719fb8356",
-}
-#: The modules that bind ``_collect_all_valid_cia_ops`` by name (``from ... import``).
-COLLECTION_MODULES = (
-    "torch._export.utils",
-    "torch.export.exported_program",
-    "torch.export.decomp_utils",
-)
-
 _scope = ThreadScope()
 #: Per thread: ``materialized``, the state of the innermost collection.
 _local = threading.local()
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
 
 
 def collecting_once() -> AbstractContextManager[None]:
@@ -64,7 +45,7 @@ def collecting() -> bool:
     return _scope.active()
 
 
-def _collection(stock: Any) -> Any:
+def collection(stock: Any) -> Any:
     """``_collect_all_valid_cia_ops``: inside :func:`collecting_once`, one scope of
     materialize-once (a nested collection gets its own)."""
 
@@ -87,7 +68,7 @@ def _collection(stock: Any) -> Any:
     return collect
 
 
-def _materialization(stock: Any) -> Any:
+def materialization(stock: Any) -> Any:
     """``_materialize_cpp_cia_ops``: a no-op after one succeeded in the same collection."""
 
     @functools.wraps(stock)
@@ -102,66 +83,10 @@ def _materialization(stock: Any) -> Any:
     return materialize
 
 
-def install() -> None:
-    """Wrap the collection (in every module binding it) and the materialization (idempotent).
-    Raises ImportError, wrapping nothing, where torch's functions are not the ones modelled."""
-    import importlib
-
-    from arm_accel.retrace_engine.passthrough import source_digest
-
-    with _lock:
-        if _installed:
-            return
-        utils: Any = importlib.import_module("torch._export.utils")
-        for name, digest in MODELLED_SOURCES.items():
-            if source_digest(getattr(utils, name, None)) != digest:
-                raise ImportError(f"torch._export.utils.{name} is not the source modelled")
-        stock_collect = utils._collect_all_valid_cia_ops
-        stock_materialize = utils._materialize_cpp_cia_ops
-        modules: list[Any] = [importlib.import_module(m) for m in COLLECTION_MODULES]
-        ours_collect = _collection(stock_collect)
-        ours_materialize = _materialization(stock_materialize)
-        for module in modules:
-            if module._collect_all_valid_cia_ops is not stock_collect:
-                raise ImportError(f"{module.__name__} binds another _collect_all_valid_cia_ops")
-        for module in modules:
-            module._collect_all_valid_cia_ops = ours_collect
-        utils._materialize_cpp_cia_ops = ours_materialize
-        _installed.update(
-            modules=modules,
-            utils=utils,
-            collect=(stock_collect, ours_collect),
-            materialize=(stock_materialize, ours_materialize),
-        )
-
-
-def uninstall() -> None:
-    """Put stock's functions back (only where ours are still installed)."""
-    with _lock:
-        if not _installed:
-            return
-        stock_collect, ours_collect = _installed["collect"]
-        for module in _installed["modules"]:
-            if module._collect_all_valid_cia_ops is ours_collect:
-                module._collect_all_valid_cia_ops = stock_collect
-        stock_materialize, ours_materialize = _installed["materialize"]
-        utils = _installed["utils"]
-        if utils._materialize_cpp_cia_ops is ours_materialize:
-            utils._materialize_cpp_cia_ops = stock_materialize
-        _installed.clear()
-
-
-def installed() -> bool:
-    return bool(_installed)
-
-
 __all__ = [
-    "COLLECTION_MODULES",
-    "MODELLED_SOURCES",
     "STATS_NAME",
     "collecting",
     "collecting_once",
-    "install",
-    "installed",
-    "uninstall",
+    "collection",
+    "materialization",
 ]

@@ -23,7 +23,6 @@ stock runs in the block.
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -31,20 +30,6 @@ from typing import Any
 
 #: ``stats()`` entry: one call per override entered in the stage.
 STATS_NAME = "to_edge.cia_override"
-#: Source digests (``passthrough.source_digest``) of the functions :func:`overriding` models,
-#: by module and qualified name.
-MODELLED_SOURCES = {
-    ("torch.export.exported_program", "_override_composite_implicit_decomp"): "4422dc79d0792af7",
-    # ``OpOverload`` inherits it (checked at install)
-    ("torch._ops", "OpOverload.py_impl"): "8173bd205b783783",
-    ("torch._subclasses.fake_impls", "register_op_impl"): "405e93300718a185",
-    ("torch._subclasses.fake_impls", "_is_op_registered_to_fake_rule"): "b42b78458191b7ee",
-}
-#: Where the stock function is bound and called by name.
-MODULE = "torch.export.exported_program"
-
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
 
 
 def _set_py_kernel(op: Any, key: Any, fn: Callable[..., Any]) -> None:
@@ -127,7 +112,7 @@ def _decline_reason(cia_ops_to_callable: Any) -> str | None:
     return None
 
 
-def _override(stock: Any) -> Any:
+def override(stock: Any) -> Any:
     """The module's ``_override_composite_implicit_decomp``: :func:`overriding` inside the stage."""
     from arm_accel.edge import cia_ops
 
@@ -147,59 +132,19 @@ def _override(stock: Any) -> Any:
     return override
 
 
-def _modelled(module: str, qualname: str) -> Any:
-    import importlib
+def install_check() -> str | None:
+    """Why the override must stay stock here: ``OpOverload`` must inherit the ``py_impl``
+    modelled (the patch table's ``edge.cia_override`` group check)."""
+    from torch._ops import OperatorBase, OpOverload
 
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
-
-
-def install() -> None:
-    """Replace the module's ``_override_composite_implicit_decomp`` (idempotent). Raises
-    ImportError, replacing nothing, where torch's functions are not the ones modelled."""
-    import importlib
-
-    from arm_accel.retrace_engine.passthrough import source_digest
-
-    with _lock:
-        if _installed:
-            return
-        for (module, qualname), digest in MODELLED_SOURCES.items():
-            if source_digest(_modelled(module, qualname)) != digest:
-                raise ImportError(f"{module}.{qualname} is not the source modelled")
-        ops: Any = importlib.import_module("torch._ops")
-        if ops.OpOverload.py_impl is not ops.OperatorBase.py_impl:
-            raise ImportError("torch._ops.OpOverload overrides py_impl")
-        target: Any = importlib.import_module(MODULE)
-        stock = target._override_composite_implicit_decomp
-        ours = _override(stock)
-        target._override_composite_implicit_decomp = ours
-        _installed.update(module=target, override=(stock, ours))
-
-
-def uninstall() -> None:
-    """Put stock's function back (only where ours is still installed)."""
-    with _lock:
-        if not _installed:
-            return
-        stock, ours = _installed["override"]
-        module = _installed["module"]
-        if module._override_composite_implicit_decomp is ours:
-            module._override_composite_implicit_decomp = stock
-        _installed.clear()
-
-
-def installed() -> bool:
-    return bool(_installed)
+    if OpOverload.py_impl is not OperatorBase.py_impl:
+        return "torch._ops.OpOverload overrides py_impl"
+    return None
 
 
 __all__ = [
-    "MODELLED_SOURCES",
     "STATS_NAME",
-    "install",
-    "installed",
+    "install_check",
+    "override",
     "overriding",
-    "uninstall",
 ]

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import logging
 import operator
 import threading
 import time
@@ -53,8 +52,8 @@ from torch.export.graph_signature import (
     TensorArgument,
 )
 
-from arm_accel import collector, retrace_engine
-from arm_accel.edge import cia_ops, cia_override, param_meta, provenance, subtrace
+from arm_accel import collector, patches, retrace_engine
+from arm_accel.edge import cia_ops, param_meta, provenance, subtrace
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -66,13 +65,8 @@ NAMESPACES_MODELLED = frozenset({"aten", "quantized_decomposed", "dim_order_ops"
 #: Nodes without users the re-trace keeps (asserts); any other dead node declines.
 KEPT_WITHOUT_USERS = frozenset({"aten._assert_tensor_metadata.default"})
 USER_INPUT_META = frozenset({"desc", "tensor_meta", "val"})
-#: torch versions whose ``conv2d`` CompositeImplicitAutograd kernel (C++ ``conv2d_symint``) was
-#: read for :func:`_as_convolution`.
-CONV2D_KERNEL_TORCH = ("2.13",)
 
-_lock = threading.Lock()
 _local = threading.local()
-_installed: dict[str, Any] = {}
 # replayed graph module -> the unlifted module's graph its provenance names by id(): kept alive
 # so that id stays unique, as it is while stock's trace runs
 _graph_ids: weakref.WeakKeyDictionary[fx.GraphModule, fx.Graph] = weakref.WeakKeyDictionary()
@@ -149,7 +143,7 @@ def _conv2d_decline(node: fx.Node, table: dict[Any, Any]) -> str | None:
     from torch._export.utils import _get_decomp_for_cia
 
     conv2d = torch.ops.aten.conv2d.default
-    if not torch.__version__.startswith(CONV2D_KERNEL_TORCH):
+    if not patches.holds("aten.conv2d_kernel"):
         return f"conv2d's kernel not read for torch {torch.__version__}"
     entry = table[conv2d]
     stock_entry = _get_decomp_for_cia(conv2d)
@@ -502,8 +496,10 @@ def replay_program(
 
 def _stock_method() -> Any:
     """The unwrapped ``ExportedProgram.run_decompositions`` (ours wraps it while installed)."""
-    method = _installed.get("method")
-    return method[0] if method else ExportedProgram.run_decompositions
+    try:
+        return patches.original("edge.decompositions.run")
+    except KeyError:
+        return ExportedProgram.run_decompositions
 
 
 def _decompose(
@@ -526,7 +522,8 @@ def _decompose(
         result = _decompose_sharing(stage, index, ep, table, triton, stock)
     # What the call returns gets its code when first used, as every module the call built
     # (the stage's last result gets it when the stage ends).
-    counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
+    if patches.installed("edge.provenance"):
+        counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
     return result
 
 
@@ -556,7 +553,10 @@ def _decompose_sharing(
         else:
             counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return result
-    counters.record_fallback(STATS_NAME, reason)
+    if failure is None:  # a decline by design: counted, not logged as a warning
+        counters.record_decline(STATS_NAME, reason)
+    else:
+        counters.record_fallback(STATS_NAME, reason)
     result = stock(ep, table, triton)
     if failure is not None and switch.strict():
         # stock succeeded where the replay failed: a fault of ours, not of the program
@@ -565,98 +565,45 @@ def _decompose_sharing(
     return result
 
 
-def install() -> None:
-    """Wrap the stage and the method (idempotent). Raises ImportError without executorch."""
-    import executorch.exir.program._program as prog
+def stage(stock: Any) -> Any:
+    """``_gen_edge_manager_for_partitioners``: the edge stage, whose decomposition calls
+    :func:`decomposition_call` counts and replays (the patch table's ``edge.decompositions``)."""
 
-    with _lock:
-        if _installed:
-            return
-        provenance.install()
-        fake_memo.install()
-        for part in (cia_ops, cia_override, param_meta):
-            try:
-                part.install()
-            except ImportError as exc:  # another torch: this part stays stock
-                logging.getLogger("arm_accel").debug(
-                    "arm_accel: %s stays stock: %s", part.STATS_NAME, exc
-                )
-        stock_stage = prog._gen_edge_manager_for_partitioners
-        stock_method = ExportedProgram.run_decompositions
+    @functools.wraps(stock)
+    def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
+        stack = _stage_stack()
+        stack.append(_Stage())
+        try:
+            with collector.lowering():
+                return stock(*args, **kwargs)
+        finally:
+            last = stack.pop().last
+            # The one call result that left the stage (``_generate_edge_program``'s input)
+            # has its code, as stock's; the others were only the next call's input.
+            if last is not None:
+                deferred.materialize(last.graph_module)
 
-        @functools.wraps(stock_stage)
-        def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
-            stack = _stage_stack()
-            stack.append(_Stage())
-            try:
-                with collector.lowering():
-                    return stock_stage(*args, **kwargs)
-            finally:
-                last = stack.pop().last
-                # The one call result that left the stage (``_generate_edge_program``'s
-                # input) has its code, as stock's; the others were only the next call's input.
-                if last is not None:
-                    deferred.materialize(last.graph_module)
+    return _gen_edge_manager_for_partitioners
 
-        @functools.wraps(stock_method)
-        def run_decompositions(
-            self: ExportedProgram,
-            decomp_table: dict[Any, Any] | None = None,
-            decompose_custom_triton_ops: bool = False,
-        ) -> ExportedProgram:
-            stack = _stage_stack()
-            if not stack:
-                return stock_method(self, decomp_table, decompose_custom_triton_ops)
-            stage = stack[-1]
-            stage.calls += 1
-            result = _decompose(
-                stage,
-                stage.calls - 1,
-                self,
-                decomp_table,
-                decompose_custom_triton_ops,
-                stock_method,
-            )
-            stage.remember(result)
-            return result
 
-        prog._gen_edge_manager_for_partitioners = _gen_edge_manager_for_partitioners
-        ExportedProgram.run_decompositions = run_decompositions  # type: ignore[method-assign]
-        _installed.update(
-            module=prog,
-            stage=(stock_stage, _gen_edge_manager_for_partitioners),
-            method=(stock_method, run_decompositions),
+def decomposition_call(stock: Any) -> Any:
+    """``ExportedProgram.run_decompositions``: inside the edge stage, :func:`_decompose`."""
+
+    @functools.wraps(stock)
+    def run_decompositions(
+        self: ExportedProgram,
+        decomp_table: dict[Any, Any] | None = None,
+        decompose_custom_triton_ops: bool = False,
+    ) -> ExportedProgram:
+        stack = _stage_stack()
+        if not stack:
+            return stock(self, decomp_table, decompose_custom_triton_ops)
+        stage = stack[-1]
+        stage.calls += 1
+        result = _decompose(
+            stage, stage.calls - 1, self, decomp_table, decompose_custom_triton_ops, stock
         )
+        stage.remember(result)
+        return result
 
-
-def uninstall() -> None:
-    """Put the stock function and method back (only where ours is still installed)."""
-    with _lock:
-        if not _installed:
-            return
-        prog = _installed["module"]
-        stock_stage, ours_stage = _installed["stage"]
-        stock_method, ours_method = _installed["method"]
-        if prog._gen_edge_manager_for_partitioners is ours_stage:
-            prog._gen_edge_manager_for_partitioners = stock_stage
-        if ExportedProgram.__dict__.get("run_decompositions") is ours_method:
-            ExportedProgram.run_decompositions = stock_method  # type: ignore[method-assign]
-        provenance.uninstall()
-        fake_memo.uninstall()
-        cia_ops.uninstall()
-        cia_override.uninstall()
-        param_meta.uninstall()
-        _installed.clear()
-
-
-def installed() -> bool:
-    return bool(_installed)
-
-
-def install_safely() -> str:
-    """:func:`install` for the activation: never raises; returns what happened (for status)."""
-    try:
-        install()
-    except Exception as exc:
-        return f"skipped: {exc!r}"
-    return "installed"
+    return run_decompositions

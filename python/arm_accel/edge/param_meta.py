@@ -20,7 +20,6 @@ was read from (torch 2.13): with another source nothing is replaced. Counted in
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from contextlib import AbstractContextManager
 from typing import Any
@@ -29,17 +28,7 @@ from arm_accel.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per metadata write-back in the stage.
 STATS_NAME = "to_edge.param_meta"
-#: Where the modelled function is defined, its name and its source digest
-#: (``passthrough.source_digest``).
-SOURCE_MODULE = "torch._export.utils"
-FUNCTION = "_populate_param_buffer_metadata_to_new_gm"
-MODELLED_DIGEST = "89e75119b33fa818"
-#: The module that binds it by name for ``run_decompositions``.
-MODULE = "torch.export.exported_program"
-
 _scope = ThreadScope()
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
 
 
 def looking_up_once() -> AbstractContextManager[None]:
@@ -66,7 +55,7 @@ def populate(params_buffers_to_node_meta: dict[str, Any], gm: Any, new_sig: Any)
                         node.meta[k] = v
 
 
-def _dispatching(stock: Any) -> Any:
+def dispatching(stock: Any) -> Any:
     @functools.wraps(stock)
     def populate_param_buffer_metadata(*args: Any, **kwargs: Any) -> None:
         from arm_accel import counters, switch
@@ -80,51 +69,4 @@ def _dispatching(stock: Any) -> Any:
     return populate_param_buffer_metadata
 
 
-def install() -> None:
-    """Bind ours in :data:`MODULE` (idempotent). Raises ImportError, replacing nothing, where
-    torch's function is not the one modelled."""
-    import importlib
-
-    from arm_accel.retrace_engine.passthrough import source_digest
-
-    with _lock:
-        if _installed:
-            return
-        source: Any = importlib.import_module(SOURCE_MODULE)
-        stock = getattr(source, FUNCTION)
-        if source_digest(stock) != MODELLED_DIGEST:
-            raise ImportError(f"{SOURCE_MODULE}.{FUNCTION} is not the source modelled")
-        target: Any = importlib.import_module(MODULE)
-        if getattr(target, FUNCTION) is not stock:
-            raise ImportError(f"{MODULE}.{FUNCTION} is not torch's")
-        ours = _dispatching(stock)
-        setattr(target, FUNCTION, ours)
-        _installed.update(module=target, function=(stock, ours))
-
-
-def uninstall() -> None:
-    """Put stock's function back (only where ours is still bound)."""
-    with _lock:
-        if not _installed:
-            return
-        stock, ours = _installed["function"]
-        module = _installed["module"]
-        if getattr(module, FUNCTION) is ours:
-            setattr(module, FUNCTION, stock)
-        _installed.clear()
-
-
-def installed() -> bool:
-    return bool(_installed)
-
-
-__all__ = [
-    "FUNCTION",
-    "MODELLED_DIGEST",
-    "STATS_NAME",
-    "install",
-    "installed",
-    "looking_up_once",
-    "populate",
-    "uninstall",
-]
+__all__ = ["STATS_NAME", "dispatching", "looking_up_once", "populate"]

@@ -16,7 +16,6 @@ The switch is per thread: another thread's ``NodeSource`` calls stay stock.
 from __future__ import annotations
 
 import functools
-import threading
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -28,8 +27,6 @@ from arm_accel.scopes import ThreadScope
 STATS_NAME = "to_edge.provenance"
 
 _scope = ThreadScope()
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
 
 
 def _shared_chain(node: Any) -> list[Any] | None:
@@ -43,42 +40,24 @@ def _shared_chain(node: Any) -> list[Any] | None:
     return list(chain)
 
 
-def install() -> None:
-    """Wrap ``NodeSource.__init__`` (idempotent); outside :func:`sharing` it runs stock's."""
-    with _lock:
-        if _installed:
+def sharing_init(stock: Any) -> Any:
+    """``NodeSource.__init__`` whose record shares its node's chain inside :func:`sharing`;
+    stock's elsewhere (the patch table's ``edge.provenance`` row)."""
+
+    @functools.wraps(stock)
+    def __init__(self: Any, node: Any, pass_name: str = "", action: Any = None) -> None:
+        chain = _shared_chain(node) if _scope.active() else None
+        if chain is None:
+            stock(self, node, pass_name, action)
             return
-        stock = fx_traceback.NodeSource.__init__
+        # stock's own constructor for everything but the chain: no node, then node_info
+        stock(self, None, pass_name, action)
+        self.node_info = self.NodeInfo(
+            name=node.name, target=str(node.target), graph_id=id(node.graph)
+        )
+        self.from_node = chain
 
-        @functools.wraps(stock)
-        def __init__(self: Any, node: Any, pass_name: str = "", action: Any = None) -> None:
-            chain = _shared_chain(node) if _scope.active() else None
-            if chain is None:
-                stock(self, node, pass_name, action)
-                return
-            # stock's own constructor for everything but the chain: no node, then node_info
-            stock(self, None, pass_name, action)
-            self.node_info = self.NodeInfo(
-                name=node.name, target=str(node.target), graph_id=id(node.graph)
-            )
-            self.from_node = chain
-
-        fx_traceback.NodeSource.__init__ = __init__  # type: ignore[method-assign]
-        _installed.update(stock=stock, ours=__init__)
-
-
-def uninstall() -> None:
-    """Put stock's constructor back (only where ours is still installed)."""
-    with _lock:
-        if not _installed:
-            return
-        if fx_traceback.NodeSource.__dict__.get("__init__") is _installed["ours"]:
-            fx_traceback.NodeSource.__init__ = _installed["stock"]  # type: ignore[method-assign]
-        _installed.clear()
-
-
-def installed() -> bool:
-    return bool(_installed)
+    return __init__
 
 
 def sharing() -> AbstractContextManager[None]:

@@ -19,9 +19,8 @@ How to write an accelerated pass::
             ...
             return PassResult(graph_module, modified)
 
-and register it in ``arm_accel.passes.REGISTRY``::
-
-    REGISTRY["FooPass"] = "arm_accel.passes.foo:AcceleratedFooPass"
+and declare it as a ``ClassSwap`` row of the patch table's ``passes`` group
+(:mod:`arm_accel.patches.table`), with the stock sources it models.
 
 ``AcceleratedPass.call`` then:
 
@@ -397,7 +396,10 @@ class AcceleratedPass:
             else:
                 counters.record_call(name, time.perf_counter() - t0, True, self._accel_retraces)
                 return result
-        counters.record_fallback(name, reason)
+        if reason.startswith(("plan failed", "apply failed")):
+            counters.record_fallback(name, reason)
+        else:  # a decline by design: counted, not logged as a warning
+            counters.record_decline(name, reason)
         try:
             return self.stock_call(graph_module)
         finally:

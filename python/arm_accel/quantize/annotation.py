@@ -12,9 +12,9 @@ the recompiles are deferred to first use and their code comes from the codegen m
 (an unlifted ``ExportedProgram.module()`` holds its parameters as ``get_attr`` nodes, which the
 engine does not model): those re-trace stock, counted under ``"<Pass>.retrace"``.
 
-Pinned to the source digest of the method read (executorch 1.5.1); installed only where the
-re-trace engine is; honours ``switch.is_enabled()`` per call; counted under
-:data:`STATS_NAME`.
+The patch table's ``quantize.annotation`` row: pinned to the source digest of the method read
+(executorch 1.5.1); installed only where the re-trace engine is; honours
+``switch.is_enabled()`` per call; counted under :data:`STATS_NAME`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from arm_accel.quantize.patch import MethodPatch, run_accelerated
+from arm_accel.quantize.patch import run_accelerated
 
+#: ``stats()`` entry (also the patch table's row): one call per pipeline run.
 STATS_NAME = "quantize.annotation_pipeline"
-SOURCE_MODULE = "executorch.backends.arm._passes.arm_pass_manager"
-CLASS = "ArmPassManager"
-METHOD = "transform_for_annotation_pipeline"
-DIGEST = "1886bcf3e3299b5f"
 
 
 def in_pipeline_scope(stock: Any, manager: Any, graph_module: Any) -> Any:
@@ -46,7 +43,9 @@ def in_pipeline_scope(stock: Any, manager: Any, graph_module: Any) -> Any:
     return result
 
 
-def _wrap(stock: Any) -> Any:
+def wrap(stock: Any) -> Any:
+    """The method the patch table installs: stock's pipeline in the engine's scope."""
+
     @functools.wraps(stock)
     def transform_for_annotation_pipeline(self: Any, graph_module: Any) -> Any:
         return run_accelerated(
@@ -59,21 +58,14 @@ def _wrap(stock: Any) -> Any:
     return transform_for_annotation_pipeline
 
 
-PATCH = MethodPatch(SOURCE_MODULE, CLASS, METHOD, DIGEST, _wrap)
+def install_check() -> str | None:
+    """The patch table's check of the group: the re-trace engine (whose scope it enters) is
+    installed."""
+    from arm_accel import patches
+
+    if not patches.installed("retrace_engine"):
+        return "the re-trace engine is not installed"
+    return None
 
 
-def install() -> None:
-    """Install (idempotent). Raises ImportError where the re-trace engine is not installed
-    (another torch) or the method is not the source modelled."""
-    from arm_accel import retrace_engine
-
-    if not retrace_engine.installed():
-        raise ImportError("the re-trace engine is not installed")
-    PATCH.install()
-
-
-def uninstall() -> None:
-    PATCH.uninstall()
-
-
-__all__ = ["DIGEST", "PATCH", "STATS_NAME", "in_pipeline_scope", "install", "uninstall"]
+__all__ = ["STATS_NAME", "in_pipeline_scope", "install_check", "wrap"]

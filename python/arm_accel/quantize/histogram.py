@@ -8,16 +8,19 @@ the steps that move a bin produce a candidate whose quantization error is comput
 :func:`search` is stock's method with that loop handed to the native kernel
 (``rust/quantize/histogram.rs``): the kernel runs the steps up to the next candidate with
 stock's arithmetic (f64 bounds, the bound cast to float32 as torch casts a Python float
-compared with a float32 tensor, IEEE float32 comparisons), and every candidate's error is
-still the observer's own ``_compute_quantization_error``, the accept/stop decision stock's.
-Everything before and after the loop (the assertion, the bin width, the total, the cumulative
-sum, the new min/max) is stock's code on the same tensors. See design.md.
+compared with a float32 tensor, IEEE float32 comparisons). Each candidate's error is computed
+term for term natively into a float32 tensor that torch sums (``rust/quantize/error.rs``,
+where the observer's ``_compute_quantization_error`` and ``_get_norm`` are torchao's, else by
+the observer's own method); the accept/stop decision is stock's. Everything before and after
+the loop (the bin width, the total, the cumulative sum, the new min/max) is stock's code on the
+same tensors. See design.md.
 
-Installed in place of torchao's method (pinned to the source digest of the method read;
-another source stays stock), honouring ``switch.is_enabled()`` per call, counted in
-``arm_accel.stats()`` under :data:`STATS_NAME`. Observers it does not model (a histogram that is
-not a 1-d float32 CPU tensor of ``bins`` bins, a torch function or dispatch mode active, a
-trace by dynamo) run stock's method, counted as declines.
+Installed in place of torchao's method by the patch table's ``quantize.search`` group (pinned
+to the source digest of the method read; another source stays stock), honouring
+``switch.is_enabled()`` per call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
+(candidates' errors under :data:`ERROR_STATS_NAME`). Observers it does not model (a histogram
+that is not a 1-d float32 CPU tensor of ``bins`` bins, a torch function or dispatch mode
+active, a trace by dynamo) run stock's method, counted as declines.
 """
 
 from __future__ import annotations
@@ -29,25 +32,15 @@ from typing import Any
 
 import torch
 
-from arm_accel.quantize.patch import MethodPatch, native, run_accelerated
+from arm_accel.quantize.patch import native, run_accelerated
 
-#: ``stats()`` entry: one call per parameter search.
+#: ``stats()`` entry: one call per parameter search (also the patch table's row).
 STATS_NAME = "quantize.histogram_search"
 #: ``stats()`` entry: one call per candidate whose error the search computed (accelerated:
 #: natively; fallbacks: why torch's method computed it).
 ERROR_STATS_NAME = "quantize.histogram_error"
-#: The class whose method is replaced, and that method's source digest
-#: (``passthrough.source_digest``; torchao 0.18).
-SOURCE_MODULE = "torchao.quantization.pt2e.observer"
-CLASS = "HistogramObserver"
-METHOD = "_non_linear_param_search"
-MODELLED_DIGEST = "9306a687ba73a304"
-#: The error of a candidate (``_compute_quantization_error``, with the ``_get_norm`` it calls)
-#: is computed natively only where both are these sources; elsewhere the observer's own runs.
-ERROR_DIGESTS = {
-    "_compute_quantization_error": "7521b64266ceb072",
-    "_get_norm": "5a53c08e204e3608",
-}
+#: The patch table's model of the candidates' error computation.
+ERROR_MODEL = "torchao.histogram_error"
 
 
 def decline_reason(observer: Any) -> str | None:
@@ -138,21 +131,18 @@ class _Errors:
 
 def _native_errors(observer: Any) -> bool:
     """Whether the candidates' errors can be computed natively: the observer's error method
-    and ``_get_norm`` are the sources modelled (not overridden), the histogram contiguous, the
-    range and ``dst_nbins`` plain numbers."""
-    from arm_accel.retrace_engine.passthrough import source_digest
+    and ``_get_norm`` are torchao's (not overridden) and the sources modelled
+    (``ERROR_MODEL``), the histogram contiguous, the range and ``dst_nbins`` plain numbers."""
+    from arm_accel import patches
 
-    for name, digest in ERROR_DIGESTS.items():
-        if name in vars(observer):
-            return False
-        method = getattr(type(observer), name, None)
-        if _digests.get(method) is None:
-            _digests[method] = source_digest(method) or ""
-        if _digests[method] != digest:
+    defining = _defining_class()
+    for name in ("_compute_quantization_error", "_get_norm"):
+        if name in vars(observer) or getattr(type(observer), name) is not vars(defining)[name]:
             return False
     dst_nbins = observer.dst_nbins
     return (
-        observer.histogram.is_contiguous()
+        patches.holds(ERROR_MODEL)
+        and observer.histogram.is_contiguous()
         and isinstance(dst_nbins, int)
         and 0 < dst_nbins < 2**32
         and observer.min_val.numel() == 1
@@ -162,8 +152,11 @@ def _native_errors(observer: Any) -> bool:
     )
 
 
-#: source digest per method object read (the methods are class attributes: few, long-lived)
-_digests: dict[Any, str] = {}
+def _defining_class() -> Any:
+    """torchao's ``HistogramObserver`` (the class the methods are defined on)."""
+    from arm_accel.patches.sources import resolve
+
+    return resolve("torchao.quantization.pt2e.observer:HistogramObserver")
 
 
 def search(observer: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,9 +188,9 @@ def search(observer: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return new_min, new_max
 
 
-def _dispatching(stock: Any) -> Any:
-    """The method installed on the class: :func:`search` when the switch is on and the
-    observer is modelled, stock's method otherwise."""
+def dispatching(stock: Any) -> Any:
+    """The method the patch table installs on the class: :func:`search` when the switch is on
+    and the observer is modelled, stock's method otherwise."""
 
     @functools.wraps(stock)
     def _non_linear_param_search(self: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -219,41 +212,31 @@ def compares_in_float32() -> bool:
     return not bool(half < above) and bool(torch.tensor(1.0) < 1e39)
 
 
-#: The method replaced.
-PATCH = MethodPatch(SOURCE_MODULE, CLASS, METHOD, MODELLED_DIGEST, _dispatching)
-
-
-def install() -> None:
-    """Put ours in place of the class's method (idempotent). Raises ImportError, replacing
-    nothing, where torchao's method is not the source modelled or torch compares otherwise."""
+def install_check() -> str | None:
+    """The patch table's check of the group: torch compares as the walk models."""
     if not compares_in_float32():
-        raise ImportError("torch does not compare float32 tensors with floats in float32")
-    PATCH.install()
-
-
-def uninstall() -> None:
-    PATCH.uninstall()
-
-
-def installed() -> bool:
-    return PATCH.installed()
+        return "torch does not compare float32 tensors with Python floats in float32"
+    return None
 
 
 def stock_method() -> Any:
     """torchao's own ``_non_linear_param_search`` (installed or not)."""
-    return PATCH.stock()
+    from arm_accel import patches
+
+    try:
+        return patches.original(STATS_NAME)
+    except KeyError:
+        return vars(_defining_class())["_non_linear_param_search"]
 
 
 __all__ = [
-    "ERROR_DIGESTS",
+    "ERROR_MODEL",
     "ERROR_STATS_NAME",
-    "MODELLED_DIGEST",
     "STATS_NAME",
     "compares_in_float32",
     "decline_reason",
-    "install",
-    "installed",
+    "dispatching",
+    "install_check",
     "search",
     "stock_method",
-    "uninstall",
 ]

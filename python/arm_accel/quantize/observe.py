@@ -22,7 +22,8 @@ histogram re-bucketed into the new range: 32768 binary searches and a weighted `
 is :func:`upscale_histogram`: stock's code with ``bucketize`` and ``bincount`` native, the
 ``linspace`` calls torch's own (their values depend on torch's vector width and threads).
 
-Both are pinned to the source digests of the methods read (torchao 0.18), honour
+Both are the patch table's ``quantize.observe`` rows (pinned to the source digests of the
+methods read, torchao 0.18, and the C++ kernels read on torch 2.13), honour
 ``switch.is_enabled()`` per call and are counted in ``arm_accel.stats()``
 (:data:`FORWARD_STATS_NAME`, :data:`UPSCALE_STATS_NAME`).
 """
@@ -36,16 +37,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from arm_accel.quantize.patch import MethodPatch, SourcePin, native, run_accelerated
+from arm_accel.quantize.patch import native, run_accelerated
 
-#: ``stats()`` entries: one call per observed batch / per re-bucketed histogram.
+#: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
+#: re-bucketed histogram.
 FORWARD_STATS_NAME = "quantize.histogram_forward"
 UPSCALE_STATS_NAME = "quantize.histogram_upscale"
-SOURCE_MODULE = "torchao.quantization.pt2e.observer"
-CLASS = "HistogramObserver"
-FORWARD_DIGEST = "5710caa9803a4da6"
-UPSCALE_DIGEST = "cad59b3e62afee79"
-RESET_DIGEST = "821ee6fe6f4fcf4c"
+#: The patch table's model of ``reset_histogram``, which :func:`observe` inlines.
+RESET_MODEL = "torchao.histogram_reset"
 
 #: ``torch.linspace(lo, hi, steps)``'s first and last float32 values per (lo, hi, steps): the
 #: edges ``histc`` bins with. Bounded: cleared when full.
@@ -149,6 +148,19 @@ def histc(x: Any, lo: float, hi: float, bins: int) -> torch.Tensor | str:
     return counts if outcome == "added" else outcome
 
 
+def _reset_modelled(observer: Any) -> bool:
+    """``observer.reset_histogram`` is torchao's, the source modelled (``RESET_MODEL``)."""
+    from arm_accel import patches
+    from arm_accel.patches.sources import resolve
+
+    stock = vars(resolve("torchao.quantization.pt2e.observer:HistogramObserver"))["reset_histogram"]
+    return (
+        "reset_histogram" not in vars(observer)
+        and type(observer).reset_histogram is stock
+        and patches.holds(RESET_MODEL)
+    )
+
+
 def observe(observer: Any, x_orig: torch.Tensor) -> str | None:
     """Stock's ``forward`` of ``x_orig`` with its ``torch.histc`` native: every other
     operation is stock's, in stock's order (the first batch's ``reset_histogram`` inlined,
@@ -162,7 +174,7 @@ def observe(observer: Any, x_orig: torch.Tensor) -> str | None:
     bins = observer.bins
     current_min, current_max = observer.min_val, observer.max_val
     if observer.min_val == float("inf") or observer.max_val == float("-inf"):
-        if "reset_histogram" in vars(observer) or not RESET.holds(type(observer)):
+        if not _reset_modelled(observer):
             return "reset_histogram is not the source modelled"
         first = histc(flat, lo, hi, bins)
         if isinstance(first, str):
@@ -199,9 +211,11 @@ def observe(observer: Any, x_orig: torch.Tensor) -> str | None:
     return None
 
 
-def _forward(stock: Any) -> Any:
+def forward(stock: Any) -> Any:
+    """The ``forward`` the patch table installs: natively observed batches, else stock's."""
+
     @functools.wraps(stock)
-    def forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
+    def observer_forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
         def accelerated() -> tuple[bool, Any]:
             # The lean same-range path first (most batches), else stock's forward with a
             # native histc.
@@ -217,7 +231,7 @@ def _forward(stock: Any) -> Any:
             lambda: stock(self, x_orig),
         )
 
-    return forward
+    return observer_forward
 
 
 def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str | None:
@@ -271,7 +285,9 @@ def upscale_histogram(
     return update_histogram
 
 
-def _upscale(stock: Any) -> Any:
+def upscale(stock: Any) -> Any:
+    """The ``_upscale_histogram`` the patch table installs: native bucketing, else stock's."""
+
     @functools.wraps(stock)
     def _upscale_histogram(
         self: Any,
@@ -292,35 +308,16 @@ def _upscale(stock: Any) -> Any:
     return _upscale_histogram
 
 
-FORWARD = MethodPatch(SOURCE_MODULE, CLASS, "forward", FORWARD_DIGEST, _forward)
-#: Not replaced: the source ``observe`` inlines for a first batch (``RESET.holds``).
-RESET = SourcePin(SOURCE_MODULE, CLASS, "reset_histogram", RESET_DIGEST)
-UPSCALE = MethodPatch(SOURCE_MODULE, CLASS, "_upscale_histogram", UPSCALE_DIGEST, _upscale)
-PATCHES = (FORWARD, UPSCALE)
-
-
-def install() -> None:
-    for patch in PATCHES:
-        patch.install()
-
-
-def uninstall() -> None:
-    for patch in PATCHES:
-        patch.uninstall()
-
-
 __all__ = [
-    "FORWARD",
     "FORWARD_STATS_NAME",
-    "PATCHES",
-    "UPSCALE",
+    "RESET_MODEL",
     "UPSCALE_STATS_NAME",
+    "forward",
     "forward_decline_reason",
     "histc",
-    "install",
     "observe",
     "observe_in_range",
-    "uninstall",
+    "upscale",
     "upscale_decline_reason",
     "upscale_histogram",
 ]

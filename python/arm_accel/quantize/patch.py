@@ -1,13 +1,10 @@
-"""One replaced method of a torchao class: pinned to the source digest of the method it models,
-installed on the class (so every instance and subclass not overriding it gets it), journaled
-so that uninstalling puts torchao's method back."""
+"""What every replaced method of the quantization layer shares: native kernel calls told apart
+from stock's own code, and the per-call dispatch (switch, decline, fallback, counters). The
+methods are replaced by the patch table's ``quantize.*`` rows (``arm_accel.patches.table``)."""
 
 from __future__ import annotations
 
-import importlib
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -65,85 +62,3 @@ def run_accelerated(
         return stock()
     finally:
         counters.record_call(stats_name, time.perf_counter() - t0, False)
-
-
-@dataclass
-class SourcePin:
-    """A method modelled without being replaced (its body inlined by ours): holds for a class
-    whose method is the one defined at ``module:cls`` and has the source digest ``digest``."""
-
-    module: str
-    cls: str
-    method: str
-    digest: str
-    _checked: dict[Any, bool] = field(default_factory=dict, repr=False)
-
-    def holds(self, owner: type) -> bool:
-        from arm_accel.retrace_engine.passthrough import source_digest
-
-        method = getattr(owner, self.method, None)
-        found = self._checked.get(method)
-        if found is None:
-            defining = getattr(importlib.import_module(self.module), self.cls)
-            found = vars(defining).get(self.method) is method and (
-                source_digest(method) == self.digest
-            )
-            self._checked[method] = found
-        return found
-
-
-@dataclass
-class MethodPatch:
-    """``module:cls.method`` replaced by ``make(stock)`` where its source digest is ``digest``."""
-
-    module: str
-    cls: str
-    method: str
-    digest: str
-    make: Callable[[Any], Any]
-    _installed: dict[str, Any] = field(default_factory=dict, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def name(self) -> str:
-        return f"{self.module}.{self.cls}.{self.method}"
-
-    def owner(self) -> type:
-        owner = getattr(importlib.import_module(self.module), self.cls)
-        assert isinstance(owner, type)
-        return owner
-
-    def install(self) -> None:
-        """Put ours in place (idempotent). Raises ImportError, replacing nothing, where the
-        method is not the source modelled."""
-        from arm_accel.retrace_engine.passthrough import source_digest
-
-        with self._lock:
-            if self._installed:
-                return
-            owner = self.owner()
-            stock = vars(owner)[self.method]
-            if source_digest(stock) != self.digest:
-                raise ImportError(f"{self.name} is not the source modelled")
-            ours = self.make(stock)
-            setattr(owner, self.method, ours)
-            self._installed.update(owner=owner, stock=stock, ours=ours)
-
-    def uninstall(self) -> None:
-        """Put torchao's method back (only where ours is still there)."""
-        with self._lock:
-            if not self._installed:
-                return
-            owner = self._installed["owner"]
-            if vars(owner).get(self.method) is self._installed["ours"]:
-                setattr(owner, self.method, self._installed["stock"])
-            self._installed.clear()
-
-    def installed(self) -> bool:
-        return bool(self._installed)
-
-    def stock(self) -> Any:
-        """torchao's own method (installed or not)."""
-        if self._installed:
-            return self._installed["stock"]
-        return vars(self.owner())[self.method]

@@ -25,7 +25,8 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel import collector, counters, switch
-from arm_accel.retrace_engine import codegen, deferred, stack_entry
+from arm_accel.patches import original
+from arm_accel.retrace_engine import codegen, deferred
 from arm_accel.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -148,7 +149,6 @@ RETRACE_LAST = "_arm_accel_retrace_last"
 
 _pipeline = ThreadScope()
 _deferring = ThreadScope()
-_installed: dict[str, Any] = {}
 
 
 def _in_arm_pipeline() -> bool:
@@ -190,7 +190,7 @@ def _eligible(pass_: Any, graph_module: fx.GraphModule) -> str | None:
 
 def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     """``_ExportPassBase.call``, in place where modelled (see the module docstring)."""
-    stock_call = _installed["call"]
+    stock_call = original("retrace_engine.call")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock_call(self, graph_module)
     from arm_accel.retrace_engine import inplace
@@ -225,7 +225,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
     return result
 
 
-def _deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
+def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
     """torch's ``_ExportPassBaseDeprecatedDoNotUse.call``, stock. The edge stage runs it for
     ``ReplaceViewOpsWithViewCopyOpsPass`` right before the engine's first re-trace. That pass
     only retargets view ops and calls the base's ``call_operator``, and the base dispatches
@@ -236,7 +236,7 @@ def _deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
         ReplaceViewOpsWithViewCopyOpsPass,
     )
 
-    result = _installed["deprecated_call"](self, graph_module)
+    result = original("retrace_engine.deprecated_call")(self, graph_module)
     if (
         type(self) is ReplaceViewOpsWithViewCopyOpsPass
         and _in_arm_pipeline()
@@ -254,30 +254,30 @@ def arm_pipeline() -> AbstractContextManager[None]:
     return _pipeline.entered()
 
 
-def _transform(self: Any, *args: Any, **kwargs: Any) -> Any:
+def transform(self: Any, *args: Any, **kwargs: Any) -> Any:
     with arm_pipeline(), collector.lowering():
-        result = _installed["_transform"](self, *args, **kwargs)
+        result = original("retrace_engine.transform")(self, *args, **kwargs)
     # What leaves the pipeline has its code (``deferred``: other modules get it when used).
     if isinstance(result, fx.GraphModule):
         deferred.materialize(result)
     return result
 
 
-def _python_code(graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
-    stock = _installed["python_code"]
+def python_code(graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
+    stock = original("retrace_engine.python_code")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock(graph, root_module, **kwargs)
     return codegen.python_code(stock, graph, root_module, **kwargs)
 
 
-def _forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
-    stock = _installed["_forward_from_src"]
+def forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
+    stock = original("retrace_engine.forward_from_src")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock(src, globals_, co_fields)
     return codegen.forward_from_src(stock, src, globals_, co_fields)
 
 
-def _recompile(self: fx.GraphModule) -> Any:
+def recompile(self: fx.GraphModule) -> Any:
     # In the pipeline the code is generated when first used (``deferred``), else at once.
     in_pipeline = _in_arm_pipeline()
     deferring = in_pipeline or _deferring.active()
@@ -286,59 +286,13 @@ def _recompile(self: fx.GraphModule) -> Any:
         # decompositions trace through generated code, so a frame of it could be recorded.
         return deferred.defer(self, numbered=not in_pipeline)
     deferred.drop(self)
-    return _installed["recompile"](self)
+    return original("retrace_engine.recompile")(self)
 
 
-def _generate_edge_program(*args: Any, **kwargs: Any) -> Any:
+def generate_edge_program(*args: Any, **kwargs: Any) -> Any:
     # to_edge's own ExportPass passes (OpReplacePass, MemoryFormatOpsPass, ...): the engine
     # serves them as it serves the Arm pipeline's.
     with arm_pipeline():
-        program = _installed["_generate_edge_program"](*args, **kwargs)
+        program = original("retrace_engine.generate_edge_program")(*args, **kwargs)
     deferred.materialize(program.graph_module)
     return program
-
-
-def _targets() -> list[tuple[str, Any, str, Any]]:
-    """(key in ``_installed``, owner, attribute, replacement) of everything :func:`install`
-    replaces."""
-    import torch.fx.graph_module
-    from executorch.backends.arm._passes.arm_pass_manager import ArmPassManager
-    from executorch.exir.pass_base import _ExportPassBase
-    from executorch.exir.program import _program
-    from torch._export.pass_base import _ExportPassBaseDeprecatedDoNotUse
-
-    gm = fx.GraphModule
-    return [
-        ("call", _ExportPassBase, "call", accelerated_call),
-        ("deprecated_call", _ExportPassBaseDeprecatedDoNotUse, "call", _deprecated_base_call),
-        ("_transform", ArmPassManager, "_transform", _transform),
-        ("_generate_edge_program", _program, "_generate_edge_program", _generate_edge_program),
-        ("python_code", fx.Graph, "python_code", _python_code),
-        ("_forward_from_src", torch.fx.graph_module, "_forward_from_src", _forward_from_src),
-        ("recompile", gm, "recompile", _recompile),
-        ("__reduce__", gm, "__reduce__", deferred.reducer(gm.__reduce__)),
-        ("__reduce_package__", gm, "__reduce_package__", deferred.reducer(gm.__reduce_package__)),
-        *stack_entry.targets(),
-    ]
-
-
-def install() -> None:
-    """Route the re-traces and recompiles of the Arm pipeline through the engine (idempotent)."""
-    if _installed:
-        return
-    for key, owner, attr, replacement in _targets():
-        _installed[key] = getattr(owner, attr)
-        setattr(owner, attr, replacement)
-
-
-def installed() -> bool:
-    """Whether the engine is installed (``install()`` ran, ``uninstall()`` did not since)."""
-    return bool(_installed)
-
-
-def uninstall() -> None:
-    """Put the stock functions back."""
-    if not _installed:
-        return
-    for key, owner, attr, _ in _targets():
-        setattr(owner, attr, _installed.pop(key))

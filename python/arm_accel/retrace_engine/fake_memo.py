@@ -479,8 +479,6 @@ class Interpreter(fx.Interpreter):
 # (the edge stage's ``run_decompositions``: its quantize/dequantize calls).
 
 _scope = ThreadScope()
-_lock = threading.Lock()
-_installed: dict[str, Any] = {}
 
 
 def dispatching() -> AbstractContextManager[None]:
@@ -491,44 +489,28 @@ def dispatching() -> AbstractContextManager[None]:
     return _scope.entered()
 
 
-def install() -> None:
-    """Wrap ``FakeTensorMode.dispatch`` (idempotent); outside :func:`dispatching` it runs
-    stock's."""
+def memo_dispatch(stock: Any) -> Any:
+    """``FakeTensorMode.dispatch`` serving :data:`OPERATORS` from the mode's memo inside
+    :func:`dispatching`; stock's elsewhere (the patch table's ``edge.fake_memo`` row)."""
     from torch._subclasses import fake_tensor
 
-    with _lock:
-        if _installed:
-            return
-        stock = FakeTensorMode.dispatch
+    @functools.wraps(stock)
+    def dispatch(
+        self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        # Every fake dispatch of the process comes here: outside the block, straight to
+        # stock. Stock logs every call at DEBUG level first, which a served call would not.
+        if not _scope.active() or fake_tensor.log.isEnabledFor(logging.DEBUG):
+            return stock(self, func, types, args, kwargs)
 
-        @functools.wraps(stock)
-        def dispatch(
-            self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
-        ) -> Any:
-            kwargs = kwargs or {}
-            # Every fake dispatch of the process comes here: outside the block, straight to
-            # stock. Stock logs every call at DEBUG level first, which a served call would not.
-            if not _scope.active() or fake_tensor.log.isEnabledFor(logging.DEBUG):
-                return stock(self, func, types, args, kwargs)
+        def run() -> Any:
+            return stock(self, func, types, args, kwargs)
 
-            def run() -> Any:
-                return stock(self, func, types, args, kwargs)
+        memo = _memo_of(self)
+        return _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)[0]
 
-            memo = _memo_of(self)
-            return _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)[0]
-
-        FakeTensorMode.dispatch = dispatch  # type: ignore[method-assign]
-        _installed.update(stock=stock, ours=dispatch)
-
-
-def uninstall() -> None:
-    """Put stock's ``FakeTensorMode.dispatch`` back (where ours is still installed)."""
-    with _lock:
-        if not _installed:
-            return
-        if FakeTensorMode.__dict__.get("dispatch") is _installed["ours"]:
-            FakeTensorMode.dispatch = _installed["stock"]  # type: ignore[method-assign]
-        _installed.clear()
+    return dispatch
 
 
 __all__ = [
@@ -540,7 +522,6 @@ __all__ = [
     "cached_aten",
     "dispatching",
     "ignored",
-    "install",
+    "memo_dispatch",
     "qualified",
-    "uninstall",
 ]

@@ -49,8 +49,9 @@ from torch.fx.node import map_arg
 from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
 from torch.utils import _pytree as pytree
 
+from arm_accel import patches
 from arm_accel.retrace_engine import fake_memo
-from arm_accel.retrace_engine.passthrough import passthrough, source_digest
+from arm_accel.retrace_engine.passthrough import passthrough
 
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
@@ -229,16 +230,11 @@ def check_pass(pass_: Any) -> None:
 _SHADOWED = ("_fx", "placeholder", "_call_quantized_op_without_fake_kernel")
 
 
-#: The digest of ``ArmPass._call_quantized_op_without_fake_kernel`` 's source as read for
-#: :func:`_quantized_value`: another source builds its nodes itself (``InplaceRetrace._adopt``).
-_QUANTIZED_OP_DIGEST = "67eb1c85a1d8bd91"
-
-
-@functools.cache
 def _quantized_value_modelled() -> bool:
-    from executorch.backends.arm._passes.arm_pass import ArmPass
-
-    return source_digest(ArmPass._call_quantized_op_without_fake_kernel) == _QUANTIZED_OP_DIGEST
+    """``ArmPass._call_quantized_op_without_fake_kernel`` is the source read for
+    :func:`_quantized_value` (the table's ``arm.quantized_op_value``); another source builds
+    its nodes itself (``InplaceRetrace._adopt``)."""
+    return patches.holds("arm.quantized_op_value")
 
 
 def _quantized_value(meta: NodeMetadata) -> Any:

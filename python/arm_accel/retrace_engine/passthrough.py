@@ -19,7 +19,6 @@ always take the pass's own path.
 from __future__ import annotations
 
 import ast
-import hashlib
 import inspect
 import textwrap
 from collections.abc import Callable
@@ -28,6 +27,8 @@ from functools import cache
 from typing import Any
 
 import torch
+
+from arm_accel import patches
 
 
 def _base_call_operators() -> frozenset[Any]:
@@ -48,33 +49,25 @@ def _always_own_path() -> frozenset[Any]:
     return frozenset({exir_ops.edge.aten.bmm.default, exir_ops.edge.aten.leaky_relu.default})
 
 
-#: ``call_operator`` s (qualified name: digest of the source read) that hand every operator to
+#: ``call_operator`` s (qualified name: the patch table's model) that hand every operator to
 #: the base one with its arguments rebuilt unchanged (``map_args``) whenever a re-trace runs in
 #: place: ``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor`` argument into a
 #: tensor, and runs in place only when no node has one (``CONDITIONAL_CALLERS``);
 #: ``SymToTensorPass`` turns symbolic scalars into tensors, and ``check_graph`` declines every
 #: graph holding a symbol. A changed source is not trusted.
 _REBUILD_UNCHANGED: dict[str, str] = {
-    "executorch.exir.passes.scalar_to_tensor_pass"
-    ".ScalarToTensorPass.call_operator": "acecfcdbda6f6dbb",
-    "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": "4bfe6e5ab93ebdd2",
+    "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": (
+        "exir.scalar_to_tensor"
+    ),
+    "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": (
+        "exir.sym_to_tensor"
+    ),
 }
 
 
-@cache
-def source_digest(fn: Any) -> str | None:
-    """The first 16 hex digits of the sha256 of the source of ``fn`` (a function or a module;
-    None without a source): what pins a modelled stock function or module to the source read."""
-    try:
-        source = inspect.getsource(fn)
-    except (OSError, TypeError):
-        return None
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
 def _rebuilds_unchanged(fn: Any) -> bool:
-    digest = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
-    return digest is not None and source_digest(fn) == digest
+    model = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
+    return model is not None and patches.holds(model)
 
 
 def _defining(cls: type, start: int = 0) -> tuple[int, Any] | None:
@@ -254,4 +247,4 @@ def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
     return through
 
 
-__all__ = ["passthrough", "source_digest"]
+__all__ = ["passthrough"]

@@ -22,15 +22,8 @@ import types
 from typing import Any
 
 from arm_accel import counters, switch
-from arm_accel.retrace_engine.passthrough import source_digest
 
 STATS_NAME = "retrace_engine.stack_entry"
-#: sha256 (first 16 hex digits) of the module sources read: every use of ``traceback`` in them
-#: is ``traceback.format_stack()[-2]``.
-_MODULE_DIGESTS = {
-    "executorch.backends.arm._passes.arm_pass": "3f85a56fb4051267",
-    "executorch.backends.arm._passes.arm_pass_utils": "f300a8ace6bd0923",
-}
 #: Stock collapses a run of more than this many identical frames (``traceback._RECURSIVE_CUTOFF``).
 _CUTOFF = 3
 
@@ -83,19 +76,5 @@ class _Traceback(types.ModuleType):
         return getattr(traceback, name)
 
 
-def targets() -> list[tuple[str, Any, str, Any]]:
-    """(key, module, ``"traceback"``, replacement) for each pinned module whose source is the
-    one read; another source keeps stock's ``traceback``, counted."""
-    import importlib
-
-    shim = _Traceback()
-    found = []
-    for name, digest in _MODULE_DIGESTS.items():
-        module = importlib.import_module(name)
-        current = getattr(module, "traceback", None)
-        ours = current is traceback or isinstance(current, _Traceback)  # stock's, or installed
-        if not ours or source_digest(module) != digest:
-            counters.record_decline(STATS_NAME, f"another source of {name}")
-            continue
-        found.append((f"{name}.traceback", module, "traceback", shim))
-    return found
+#: What the pinned modules see as ``traceback`` (the patch table's ``stack_entry`` rows).
+TRACEBACK = _Traceback()

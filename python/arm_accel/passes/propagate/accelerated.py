@@ -314,8 +314,8 @@ class _AcceleratedPropagation:
                 reason = str(exc)
         with count_retraces() as retraces:
             if reason is not None:
-                if reason != "switched off":
-                    counters.record_fallback(name, reason)
+                if reason != "switched off":  # a decline by design: counted, not warned
+                    counters.record_decline(name, reason)
                 logger.info("%s: stock pass runs (%s)", name, reason)
                 result = super().call(graph_module)  # type: ignore[misc]
             else:
