@@ -36,7 +36,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
+from arm_accel import _native
 from arm_accel.quantize.patch import native, run_accelerated
 
 #: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
@@ -53,12 +55,10 @@ _EDGES_MAX = 65536
 
 
 def _plain_float32(t: Any) -> bool:
-    return type(t) is torch.Tensor and t.dtype == torch.float32 and t.device.type == "cpu"
+    return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_cpu
 
 
 def _modes_active() -> bool:
-    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
-
     return (
         bool(torch._C._len_torch_function_stack())
         or bool(torch._C._len_torch_dispatch_stack())
@@ -67,24 +67,42 @@ def _modes_active() -> bool:
     )
 
 
+def _state(observer: Any) -> tuple[Any, Any, Any] | None:
+    """The observer's ``histogram``, ``min_val`` and ``max_val`` buffers as attribute lookup
+    finds them (from ``_buffers``, none shadowed in the instance dict), or None."""
+    buffers = vars(observer).get("_buffers")
+    if buffers is None:
+        return None
+    state = buffers.get("histogram"), buffers.get("min_val"), buffers.get("max_val")
+    if any(t is None for t in state) or not vars(observer).keys().isdisjoint(_STATE):
+        return None
+    return state
+
+
+_STATE = ("histogram", "min_val", "max_val")
+
+
 def forward_decline_reason(observer: Any, x: Any) -> str | None:
-    """Why ``observer.forward(x)`` runs stock's code (None: the native same-range path may take
-    it, if ``x`` stays inside the range)."""
+    """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
     if not _plain_float32(x) or x.numel() == 0:
         return "input is not a non-empty float32 CPU tensor"
-    histogram, min_val, max_val = observer.histogram, observer.min_val, observer.max_val
+    state = _state(observer)
+    bins = observer.bins
+    if state is None:
+        return "observer state is not in its buffers"
+    histogram, min_val, max_val = state
     if not (
         _plain_float32(histogram)
         and histogram.dim() == 1
         and histogram.is_contiguous()
-        and histogram.numel() == observer.bins
+        and histogram.numel() == bins
         and _plain_float32(min_val)
         and _plain_float32(max_val)
         and min_val.dim() == 0
         and max_val.dim() == 0
     ):
         return "observer state is not float32 CPU tensors of the expected shapes"
-    if not isinstance(observer.bins, int) or not 0 < observer.bins < 32768:
+    if type(bins) is not int or not 0 < bins < 32768:
         return "bins outside 1..32767"
     if _modes_active():
         return "a torch function or dispatch mode is active, or dynamo traces"
@@ -105,16 +123,15 @@ def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
 
 def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
     """Stock's same-range ``forward`` of ``x_orig`` done natively; None when done, else why
-    not (nothing changed)."""
-    from arm_accel import _native
-
-    lo, hi = observer.min_val.item(), observer.max_val.item()
+    not (nothing changed). The observer passed :func:`forward_decline_reason`."""
+    histogram, min_val, max_val = _state(observer)  # type: ignore[misc]
+    lo, hi = min_val.item(), max_val.item()
     if not lo < hi or hi - lo == float("inf"):
         # uninitialized (inf, -inf), one value seen, NaN or an infinite width: stock's paths
         return "range empty, uninitialized or not finite"
     left, right = _histc_edges(lo, hi, observer.bins)
-    x = x_orig.detach().contiguous().view(-1).numpy()
-    histogram = observer.histogram
+    # histc's counts do not depend on the order of the values: a flat view, or a copy
+    x = x_orig.detach().numpy().ravel()
     combined = torch.empty_like(histogram)
     outcome: str = native(
         _native.histogram_observe,
@@ -129,16 +146,14 @@ def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
     if outcome != "added":
         return outcome
     # stock's last two calls of this path
-    observer.histogram.detach_().resize_(combined.shape)
-    observer.histogram.copy_(combined)
+    histogram.detach_().resize_(combined.shape)
+    histogram.copy_(combined)
     return None
 
 
 def histc(x: Any, lo: float, hi: float, bins: int) -> torch.Tensor | str:
     """``torch.histc(x, bins, min=lo, max=hi)`` of the flat float32 array ``x``, all of whose
     values are finite and inside ``[lo, hi]``, ``lo < hi``; or why it is not modelled."""
-    from arm_accel import _native
-
     if not lo < hi:
         return "histc of an empty range (it widens it by the input's own extremes)"
     left, right = _histc_edges(lo, hi, bins)
