@@ -43,22 +43,27 @@ const QUOTIENT_LIMIT: f64 = 1_048_576.0; // 2^20
 /// Exact `floor(a / b)` for finite `a`, finite `b > 0`, `|a / b| < 2^20`, which is what torch's
 /// `div_floor_floating(a, b)` returns there; None outside that domain.
 pub fn floor_div(a: f32, b: f32) -> Option<f32> {
-    if !a.is_finite() || !b.is_finite() || b <= 0.0 {
+    if !b.is_finite() || b <= 0.0 {
         return None;
     }
-    let (a, b) = (f64::from(a), f64::from(b));
+    let (q, modelled) = floor_div_flagged(a, f64::from(b));
+    modelled.then_some(q)
+}
+
+/// [`floor_div`] for a divisor already known finite and positive, without branches (the
+/// terms loop stays vectorizable): the quotient, and whether `a` is inside the domain (else
+/// the quotient is meaningless).
+#[inline(always)]
+fn floor_div_flagged(a: f32, b: f64) -> (f32, bool) {
+    let a = f64::from(a);
     let q = a / b;
-    if q.abs() >= QUOTIENT_LIMIT - 1.0 {
-        return None;
-    }
-    let mut f = q.floor();
+    let modelled = a.is_finite() & (q.abs() < QUOTIENT_LIMIT - 1.0);
+    // floor(q) by truncation (|q| < 2^20 here), without libm's floor
+    let t = q as i64 as f64;
+    let f = t - f64::from(u8::from(t > q));
     // f * b and (f + 1) * b are exact: |f| < 2^20, b has a 24-bit significand.
-    if f * b > a {
-        f -= 1.0;
-    } else if (f + 1.0) * b <= a {
-        f += 1.0;
-    }
-    Some(f as f32)
+    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
+    (f as f32, modelled)
 }
 
 /// C++ `std::min(std::max(a, lo), hi)`, torch's scalar clamp (finite values here).
@@ -105,16 +110,21 @@ pub fn error_terms(
     if !w.is_finite() {
         return Terms::NotModelled("bin width not finite in float32");
     }
+    if !(dw.is_finite() && dw > 0.0) {
+        return Terms::NotModelled("destination bin width not a positive float32");
+    }
+    let dw64 = f64::from(dw);
     // The middle term's factor: `_get_norm(tensor(-dw/2), tensor(dw/2), density)`'s scalar.
     let middle = cube_difference(-half, half);
     let mut nan = false;
+    let mut modelled = true;
     for (i, (&h, o)) in hist.iter().zip(out.iter_mut()).enumerate() {
         // (src_bin - next_start_bin) * bin_width: an int64 offset cast to float32.
         let begin = (i as i64 - start_bin as i64) as f32 * w;
         let end = begin + w;
-        let (Some(q_begin), Some(q_end)) = (floor_div(begin, dw), floor_div(end, dw)) else {
-            return Terms::NotModelled("bin edge quotient outside the modelled domain");
-        };
+        let (q_begin, begin_modelled) = floor_div_flagged(begin, dw64);
+        let (q_end, end_modelled) = floor_div_flagged(end, dw64);
+        modelled &= begin_modelled & end_modelled;
         let first = clamp(q_begin, 0.0, top);
         let last = clamp(q_end, 0.0, top);
         let density = h / w;
@@ -125,6 +135,9 @@ pub fn error_terms(
         norm += density * cube_difference(-half, end - last_center);
         nan |= norm.is_nan();
         *o = norm;
+    }
+    if !modelled {
+        return Terms::NotModelled("bin edge quotient outside the modelled domain");
     }
     if nan {
         return Terms::NotModelled("a term is NaN");
