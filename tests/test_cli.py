@@ -139,6 +139,23 @@ def test_profile_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert stats[name]["fallbacks"] == {}, stats[name]
 
 
+def test_profile_stages(capsys: pytest.CaptureFixture[str]) -> None:
+    """``profile --compare`` of a script from module to .pte: every stage of it timed in both
+    runs (export, prepare, calibrate, convert, re-export, lower, .pte), the whole script's
+    wall time covering them, and the stage table with its ratios."""
+    script = os.path.join(DATA, "tiny_quantize_script.py")
+    assert cli.main(["profile", "--compare", "--json", script]) == 0
+    record = json.loads(capsys.readouterr().out)
+    for run in ("stock", "accelerated"):
+        prof = record[run]["profile"]
+        assert list(prof["stages"]) == list(profiling.STAGES), prof["stages"]
+        assert sum(prof["stages"].values()) <= prof["script_seconds"]
+    assert cli.main(["profile", "--compare", "--top", "3", script]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^calibrate\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x$", out, re.M), out
+    assert re.search(r"^whole script ratio: [0-9.]+x; lowering ratio: [0-9.]+x$", out, re.M), out
+
+
 def test_profile_script_args_and_missing_script(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["profile", os.path.join(DATA, "no_such_script.py")]) == 2
 
@@ -153,6 +170,11 @@ def test_demo_small_model(capsys: pytest.CaptureFixture[str]) -> None:
     for group in profiling.VIEW_PERMUTE_GROUPS:
         assert group in out
     assert "ratio (stock / accelerated):" in out
+    # The whole script stage by stage (FP: export, lower, .pte), stock vs accelerated.
+    for stage in ("export", "lower", ".pte", "whole script"):
+        assert re.search(rf"^{re.escape(stage)}\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+x$", out, re.M), out
+    assert "whole script ratio (stock / accelerated):" in out
+    assert ", whole script " in out.splitlines()[-1]
 
 
 def test_demo_unknown_model() -> None:
