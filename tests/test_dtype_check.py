@@ -112,6 +112,41 @@ def test_the_key_tells_apart_what_the_check_reads() -> None:
     assert dtype_check.graph_key(edited)[1] != key
 
 
+def test_a_new_graph_is_served_the_calls_run_before() -> None:
+    """A graph checked for the first time (a relu added at its end) is run, with the operator
+    calls on the same fake values as the earlier check's served from it: the new call runs,
+    and a broken dtype constraint is still found."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    gm = _edge_gm()
+    _check(gm)
+    edited = copy.deepcopy(gm)
+    output = next(n for n in edited.graph.nodes if n.op == "output")
+    (last,) = output.args[0]
+    with edited.graph.inserting_before(output):
+        relu = edited.graph.call_function(exir_ops.edge.aten.relu.default, (last,))
+    relu.meta["val"] = last.meta["val"]
+    output.args = ((relu,),)
+    edited.recompile()
+    _check(edited)
+    served, run = dtype_check.last_calls()
+    assert served == 5 and run == 1, (served, run)
+    with pytest.raises(SpecViolationError):
+        _check(_violating(edited))
+    assert dtype_check.last_calls()[0] >= 2
+
+
+def test_validator_sits_above_the_interpreter() -> None:
+    """The verifier's module builds the stock validator with the remembering interpreter
+    under it: stock's ``call_function`` runs first and reaches ours through ``super()``."""
+    from executorch.exir.verification.arg_validator import EdgeOpArgValidator
+
+    mro = verifier.EdgeOpArgValidator.__mro__
+    assert mro[1] is EdgeOpArgValidator
+    assert mro.index(EdgeOpArgValidator) < mro.index(torch.fx.Interpreter)
+    assert any(c.__name__ == "_Remembering" for c in mro)
+
+
 def test_symbolic_shapes_decline() -> None:
     """A program exported with a dynamic dimension declines (stock's check runs), counted."""
     from executorch.exir import to_edge
@@ -128,14 +163,15 @@ def test_symbolic_shapes_decline() -> None:
 
 def test_lowering_is_identical_and_checks_are_remembered() -> None:
     """llama1 lowered stock and accelerated: the TOSA bytes are equal, and the accelerated
-    lowering answered checks from the memo."""
+    lowering answered checks from the memo and served operator calls to the others."""
     import arm_accel
 
     model, inputs, mode = models.build("llama1")
     exported = models.export_for_arm(model, inputs, mode)
     with arm_accel.disabled():
         stock = models.tosa_bytes(models.lower(copy.deepcopy(exported), mode))
-    before = _counts()
+    before, served = _counts(), dtype_check.served_calls()
     accel = models.tosa_bytes(models.lower(copy.deepcopy(exported), mode))
     assert accel == stock
     assert _counts().accelerated - before.accelerated >= 4
+    assert dtype_check.served_calls() - served > 100

@@ -25,6 +25,16 @@ environment (an unbacked symbol allocated: a second run would allocate another).
 element among the inputs, ``call_module`` nodes, argument types the key does not model,
 placeholders of another fake mode, shape-environment event recording.
 
+A graph checked for the first time still runs, but an operator call whose key -- the
+operator, its arguments' fake metadata (and which share storage), its leaves, the ambient
+state -- matches one run before in this lowering is answered with that run's result
+(:class:`_Remembering`, put under ``EdgeOpArgValidator`` in the verifier's module): the
+partition programs and the pipeline's input repeat the edge program's calls. Exact for the same
+reason: the validator reads only dtypes and results, and the call would compute the same fake
+metadata. Only in graphs whose operators write none of their arguments (a served result is
+never mutated), only fresh non-view results are served, and a run that changed the shape
+environment drops what the calls remembered.
+
 Used inside a lowering's scopes (``collector.lowering``: the edge stage, ``to_backend``, the Arm
 pipeline; this thread) with acceleration on; the memo is this thread's and dropped when the next
 edge stage starts (:func:`forget`), so a lowering never reuses another's checks. Counted in
@@ -35,6 +45,7 @@ a first check a stock call.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
 import time
 import weakref
@@ -49,12 +60,27 @@ STATS_NAME = "verifier.dtype_check"
 _local = threading.local()
 
 
-def _memo() -> weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], list[Any]]]:
-    """This thread's memo: per fake mode, graph key -> weak references to the objects the key
-    names by identity (an entry holds while they live: their ids name no other object)."""
-    memo = getattr(_local, "memo", None)
+class _Memo:
+    """What one lowering (this thread) remembers for one fake mode."""
+
+    __slots__ = ("graphs", "calls")
+
+    def __init__(self) -> None:
+        #: graph key -> weak references to the objects the key names by identity (an entry
+        #: holds while they live: their ids name no other object)
+        self.graphs: dict[tuple[Any, ...], list[Any]] = {}
+        #: ambient state -> operator call key -> its fake result (see _Remembering)
+        self.calls: dict[tuple[Any, ...], dict[tuple[Any, ...], Any]] = {}
+
+
+def _memo(mode: Any) -> _Memo:
+    """This thread's memo for the fake mode ``mode``."""
+    memos = getattr(_local, "memo", None)
+    if memos is None:
+        memos = _local.memo = weakref.WeakKeyDictionary()
+    memo = memos.get(mode)
     if memo is None:
-        memo = _local.memo = weakref.WeakKeyDictionary()
+        memo = memos[mode] = _Memo()
     return memo
 
 
@@ -154,10 +180,20 @@ def _ambient() -> tuple[Any, ...]:
     return (
         torch.is_grad_enabled(),
         torch.is_inference_mode_enabled(),
+        torch.get_default_dtype(),
         tuple(id(m) for m in _get_current_dispatch_mode_stack()),
         torch._C._len_torch_function_stack(),
         id(context.fake_mode) if context is not None else None,
     )
+
+
+def _mutates(target: Any) -> bool:
+    """Whether an operator may write one of its arguments (or is not an operator)."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    op = target._op if isinstance(target, EdgeOpOverload) else target
+    schema = op._schema if isinstance(op, torch._ops.OpOverload) else None
+    return not isinstance(schema, torch._C.FunctionSchema) or schema.is_mutable
 
 
 def graph_key(gm: torch.fx.GraphModule) -> tuple[Any, tuple[Any, ...], list[Any]]:
@@ -226,6 +262,101 @@ def _shape_env_state(mode: Any) -> tuple[int, ...]:
     )
 
 
+def _is_operator(target: Any) -> bool:
+    """An aten/edge operator overload (a fake kernel computes its result)."""
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+
+    return isinstance(target, (torch._ops.OpOverload, EdgeOpOverload))
+
+
+def _functional(gm: Any) -> bool:
+    """No operator of ``gm`` may write its arguments (a served result is never mutated)."""
+    return not any(
+        _mutates(n.target) for n in gm.graph.nodes if n.op == "call_function" and
+        not isinstance(n.target, torch._ops.HigherOrderOperator)
+        and n.target is not operator.getitem
+    )  # fmt: skip
+
+
+def last_calls() -> tuple[int, int]:
+    """(served, run) operator calls of this thread's last check that ran."""
+    return getattr(_local, "last_calls", (0, 0))
+
+
+def served_calls() -> int:
+    """Operator calls this thread's checks were served so far."""
+    return getattr(_local, "served", 0)
+
+
+def _value_key(a: Any, mode: Any, storages: dict[int, int]) -> Any:
+    """An operator argument by what its fake run reads: a fake tensor by its metadata (and
+    which of the call's tensors share storage), a leaf by type and value."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    t = type(a)
+    if t is FakeTensor:
+        if a.fake_mode is not mode or a._has_symbolic_sizes_strides or a.is_quantized:
+            raise Declined("fake value not modelled")
+        return ("T", *_input_key(a, mode, storages)[1:])
+    if t in _LEAVES:
+        return (t, a)
+    if t is float:
+        return (float, a.hex())
+    if t in _CONTAINERS:
+        if isinstance(a, dict):
+            return (t, tuple((k, _value_key(v, mode, storages)) for k, v in a.items()))
+        return (t, tuple(_value_key(x, mode, storages) for x in a))
+    raise Declined(f"value of type {t.__name__}")
+
+
+def _servable(out: Any, mode: Any) -> bool:
+    """A result that can be handed to a later run: fresh fake tensors (not views of an input)
+    and plain values, in tuples or lists."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    t = type(out)
+    if t is FakeTensor:
+        return out.fake_mode is mode and not out._is_view() and not out._has_symbolic_sizes_strides
+    if t in _LEAVES or t is float:
+        return True
+    if t in (tuple, list):
+        return all(_servable(x, mode) for x in out)
+    return False
+
+
+class _Remembering(torch.fx.Interpreter):
+    """Between ``EdgeOpArgValidator`` and ``Interpreter``: inside a check of a functional
+    graph, an operator call on fake values with the same key as one run before in this
+    lowering is answered with that run's result (same metadata: the validator reads dtypes
+    only, and the run would compute the same values)."""
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        state = getattr(_local, "calls", None)
+        if state is None or state[0] is None or not _is_operator(target):
+            return super().call_function(target, args, kwargs)
+        calls, mode, counts = state
+        try:
+            storages: dict[int, int] = {}
+            key = (target, _value_key(args, mode, storages), _value_key(kwargs, mode, storages))
+        except Declined:
+            return super().call_function(target, args, kwargs)
+        served = calls.get(key)
+        if served is not None:
+            counts[0] += 1
+            return served[0]
+        out = super().call_function(target, args, kwargs)
+        counts[1] += 1
+        if _servable(out, mode):
+            calls[key] = (out,)
+        return out
+
+
+def validator(stock: type) -> type:
+    """``EdgeOpArgValidator`` with :class:`_Remembering` under it (the patch table's
+    ``verifier.dtype_check.validator``, bound in the verifier's module)."""
+    return type(stock.__name__, (stock, _Remembering), {"__module__": __name__})
+
+
 def checking(stock: Any) -> Any:
     """``_check_tensor_args_matching_op_allowed_dtype``: inside a lowering (this thread), a
     graph whose key passed before is not run again (the patch table's ``verifier.dtype_check``)."""
@@ -242,19 +373,32 @@ def checking(stock: Any) -> Any:
         except Declined as exc:
             counters.record_decline(STATS_NAME, str(exc))
             return stock(gm)
-        memo = _memo()
-        refs = memo.get(mode, {}).get(key)
+        memo = _memo(mode)
+        refs = memo.graphs.get(key)
         if refs is not None and all(ref() is not None for ref in refs):
             counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return None
         before = _shape_env_state(mode)
-        stock(gm)  # raises as stock does; then nothing is remembered
+        calls = memo.calls.setdefault(key[0], {}) if _functional(gm) else None
+        counts = [0, 0]
+        _local.calls = (calls, mode, counts)
+        try:
+            stock(gm)  # raises as stock does; then nothing is remembered
+        finally:
+            _local.calls = None
+            _local.last_calls = tuple(counts)
+            _local.served = getattr(_local, "served", 0) + counts[0]
         if _shape_env_state(mode) == before:
-            memo.setdefault(mode, {})[key] = kept
+            memo.graphs[key] = kept
+        else:  # a call allocated a symbol or guarded: its results are not to be served
+            memo.calls.clear()
         counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=False)
         return None
 
     return _check_tensor_args_matching_op_allowed_dtype
 
 
-__all__ = ["STATS_NAME", "Declined", "checking", "forget", "graph_key"]
+__all__ = [
+    "STATS_NAME", "Declined", "checking", "forget", "graph_key", "last_calls", "served_calls",
+    "validator",
+]  # fmt: skip

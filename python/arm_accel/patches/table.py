@@ -404,6 +404,16 @@ GROUPS: tuple[Group, ...] = (
                 wraps=True,
                 models=EDGE_DTYPE_CHECK_SOURCES,
             ),
+            Patch(
+                "verifier.dtype_check.validator",
+                "executorch.exir.verification.verifier",
+                "EdgeOpArgValidator",
+                f"{_PKG}.edge.dtype_check:validator",
+                "an operator call run before in this lowering's checks is answered",
+                wraps=True,
+                models=EDGE_DTYPE_CHECK_SOURCES,
+                bound="executorch.exir.verification.arg_validator:EdgeOpArgValidator",
+            ),
         ),
     ),
     Group(
