@@ -58,15 +58,31 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_profiler_restores_hooks() -> None:
+    """The profiler wraps the pass entry points and every part of the lowering it attributes
+    (``LOWERING_PARTS``) while active, and puts each stock object back."""
+    import importlib
+
     from executorch.exir.pass_base import _ExportPassBase
     from torch.fx.passes.infra.pass_base import PassBase
 
+    def owners() -> list[tuple[object, str]]:
+        out: list[tuple[object, str]] = []
+        for module, cls, attr, _ in profiling.LOWERING_PARTS:
+            owner = importlib.import_module(module)
+            out.append((getattr(owner, cls) if cls else owner, attr))
+        return out
+
+    parts = {(id(o), a): getattr(o, a) for o, a in owners()}
     call, retrace = PassBase.__call__, _ExportPassBase.call
     with profiling.Profiler():
         assert PassBase.__call__ is not call
         assert _ExportPassBase.call is not retrace
+        for o, a in owners():
+            assert getattr(o, a) is not parts[(id(o), a)], a
     assert PassBase.__call__ is call
     assert _ExportPassBase.call is retrace
+    for o, a in owners():
+        assert getattr(o, a) is parts[(id(o), a)], a
 
 
 def test_profile_lists_arm_passes_and_adds_up(
@@ -97,6 +113,15 @@ def test_profile_lists_arm_passes_and_adds_up(
     ):
         assert name in arm, sorted(names)
     assert len(arm) > 30
+    # What the lowering does between its passes is attributed: the verifiers, the programs'
+    # construction and the copies to_backend makes.
+    for part in (
+        "(verifiers: edge op dtype check, a fake run of the graph)",
+        "(ExportedProgram construction)",
+        "(to_backend: fake program copy)",
+        "(to_backend: partition submodules)",
+    ):
+        assert part in names, sorted(names)
     seconds = [float(r["seconds"]) for r in rows]
     assert seconds == sorted(seconds, reverse=True)
     assert sum(int(r["retraces"]) for r in rows) > 0

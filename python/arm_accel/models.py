@@ -142,18 +142,29 @@ def build_hf_decoder(
     """A 2-layer ``transformers`` decoder of ``family`` (a key of :data:`HF_FAMILIES`) built
     with ``from_config`` (no hub access), seeded random weights, eager attention."""
     try:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        import transformers  # noqa: F401
     except ImportError as exc:
         raise ImportError(
             f"the {family} zoo models need transformers: pip install 'arm-accel[bench]' "
             "(or pip install transformers; it does not reinstall torch)"
         ) from exc
 
-    config = AutoConfig.for_model(family, **HF_COMMON, **HF_FAMILIES[family])
-    config._attn_implementation = "eager"
+    return build_hf_causal_lm(family, {**HF_COMMON, **HF_FAMILIES[family]}, seq_len, seed)
+
+
+def build_hf_causal_lm(
+    family: str, config: dict[str, Any], seq_len: int = 16, seed: int = 0
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A ``transformers`` causal LM of model type ``family`` built with ``from_config`` from the
+    ``config`` fields (no hub access), seeded random weights, eager attention, returning its
+    logits for ``seq_len`` seeded random tokens."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.for_model(family, **config)
+    hf_config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = CausalLMLogits(AutoModelForCausalLM.from_config(config)).eval()
-    tokens = torch.randint(0, config.vocab_size, (1, seq_len))
+    model = CausalLMLogits(AutoModelForCausalLM.from_config(hf_config)).eval()
+    tokens = torch.randint(0, hf_config.vocab_size, (1, seq_len))
     return model, (tokens,)
 
 

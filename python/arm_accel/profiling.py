@@ -17,7 +17,12 @@ level and only while it is active:
 * the lowering phases that are not passes: ``to_edge_transform_and_lower`` / ``to_edge`` /
   ``EdgeProgramManager.to_backend`` (the lowering entry points), ``run_decompositions``,
   ``TOSAPartitioner.partition``, ``TOSABackend.preprocess`` and
-  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses.
+  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses;
+* what the entry points do between them (:data:`LOWERING_PARTS`): the verifiers (and apart,
+  the edge dialect's dtype check, which runs the whole graph on fake values), the construction
+  of programs, constant lifting, ``to_backend``'s fake program copy, partition submodules and
+  copies for preprocess, the code generation of deferred recompiles. ``(lowering: other)`` is
+  what is left of the entry points' own time.
 
 Seconds are **exclusive**: a frame's time minus the time of the frames nested in it, so the
 rows add up to the total profiled time without double counting, and the rows of the lowering
@@ -67,6 +72,65 @@ PHASES = {
     "vela_compile": "(Vela compile)",
     "transform_to_backend_pipeline": "(ArmPassManager: pipeline setup)",
 }
+# What a lowering does outside its passes and the phases above, each a phase row of its own:
+# (module, class or None for a module function, attribute, row). Their time is exclusive as
+# everywhere: a verifier run inside a pass is charged to the verifier row, not to the pass.
+LOWERING_PARTS: tuple[tuple[str, str | None, str, str], ...] = (
+    (
+        "torch._export.verifier",
+        "Verifier",
+        "_check_graph_module",
+        "(verifiers: graph and op checks)",
+    ),
+    (
+        "executorch.exir.verification.verifier",
+        None,
+        "_check_tensor_args_matching_op_allowed_dtype",
+        "(verifiers: edge op dtype check, a fake run of the graph)",
+    ),
+    (
+        "torch.export.exported_program",
+        "ExportedProgram",
+        "__init__",
+        "(ExportedProgram construction)",
+    ),
+    (
+        "executorch.exir.program._program",
+        "EdgeProgramManager",
+        "__init__",
+        "(EdgeProgramManager construction)",
+    ),
+    (
+        "executorch.exir.program._program",
+        None,
+        "lift_constant_tensor_pass",
+        "(to_edge: constant lifting)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "get_fake_program",
+        "(to_backend: fake program copy)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "_create_partitions",
+        "(to_backend: partition submodules)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "lower_all_submodules_to_backend",
+        "(to_backend: program copies for preprocess)",
+    ),
+    (
+        "arm_accel.retrace_engine.deferred",
+        None,
+        "materialize",
+        "(code generation of deferred recompiles)",
+    ),
+)
 
 
 #: The stages of a user's script, in order: ``torch.export.export`` before quantizing, the
@@ -420,6 +484,15 @@ class Profiler:
             except Exception:  # noqa: BLE001
                 continue
             self._patch_attr(cls, attr, lambda f, a=attr: self._wrap_phase(f, PHASES[a]))
+        for module_name, owner, attr, key in LOWERING_PARTS:
+            if owner is None:
+                self._patch_module_fn(module_name, attr, key, False)
+                continue
+            try:
+                cls = getattr(importlib.import_module(module_name), owner)
+            except Exception:  # noqa: BLE001
+                continue
+            self._patch_attr(cls, attr, lambda f, k=key: self._wrap_phase(f, k))
         self._install_stages()
 
     def _install_stages(self) -> None:
@@ -510,10 +583,10 @@ def stats_snapshot() -> Stats | None:
 
 def is_pass_entry(name: str) -> bool:
     """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
-    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``) or the quantization flow
-    (``"quantize.*"``), whose declines by design are counted as fallbacks."""
+    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``), the verifiers (``"verifier.*"``)
+    or the quantization flow (``"quantize.*"``): their declines by design count as fallbacks."""
     return not name.endswith(".retrace") and not name.startswith(
-        ("to_edge.", "retrace_engine.", "quantize.")
+        ("to_edge.", "retrace_engine.", "verifier.", "quantize.")
     )
 
 

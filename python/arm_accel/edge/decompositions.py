@@ -53,7 +53,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import collector, patches, retrace_engine
-from arm_accel.edge import cia_ops, param_meta, provenance, subtrace
+from arm_accel.edge import cia_ops, dtype_check, param_meta, provenance, subtrace
 from arm_accel.retrace_engine import deferred, fake_memo
 
 STATS_NAME = "to_edge.run_decompositions"
@@ -581,6 +581,8 @@ def stage(stock: Any) -> Any:
     @functools.wraps(stock)
     def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
         stack = _stage_stack()
+        if not stack:
+            dtype_check.forget()  # a lowering starts
         stack.append(_Stage())
         try:
             with collector.lowering():

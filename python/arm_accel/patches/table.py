@@ -164,6 +164,26 @@ BUCKETIZE_BINCOUNT = Pin(
     torch=TORCH_VERSIONS,
 )
 
+EDGE_DTYPE_CHECK_SOURCES = (
+    Pin(
+        "executorch.exir.verification.verifier:_check_tensor_args_matching_op_allowed_dtype",
+        _same("5223802f594bd06b", *ET),
+    ),
+    Pin("executorch.exir.verification.verifier:_get_inputs", _same("31f3f769363e4cae", *ET)),
+    Pin(
+        "executorch.exir.verification.arg_validator:EdgeOpArgValidator",
+        _same("0ac1c71272c8ad21", *ET),
+    ),
+    Pin("torch._export.utils:_detect_fake_mode_from_gm", _same("a4e91e4071a50500", *ALL_TORCH)),
+    # 2.14.0 also finds the mode of fake tensors wrapped in subclasses; the key declines every
+    # input that is not exactly a FakeTensor, whose mode both versions read alike
+    Pin(
+        "torch._guards:detect_fake_mode",
+        {"2.13.0": "29c2e083e96d8f1f", "2.14.0": "622f145cad2238a0", "2.15.0": "622f145cad2238a0"},
+    ),
+    Pin("torch.fx.interpreter:Interpreter", _same("3323db2660e12de9", *ALL_TORCH)),
+)
+
 # ---------------------------------------------------------------- groups, in install order
 _PKG = "arm_accel"
 
@@ -453,6 +473,33 @@ GROUPS: tuple[Group, ...] = (
                 models=(POPULATE_PARAM_META,),
                 stock_suffices=(POPULATE_READS_ONCE,),
                 bound=POPULATE_PARAM_META.ref,
+            ),
+        ),
+    ),
+    Group(
+        name="verifier.dtype_check",
+        layer="edge",
+        why="the edge dialect's dtype check (a fake run of the whole graph) once per graph",
+        torch=TORCH_VERSIONS,
+        rows=(
+            Patch(
+                "verifier.dtype_check",
+                "executorch.exir.verification.verifier",
+                "_check_tensor_args_matching_op_allowed_dtype",
+                f"{_PKG}.edge.dtype_check:checking",
+                "a graph whose key passed in this lowering is not run again",
+                wraps=True,
+                models=EDGE_DTYPE_CHECK_SOURCES,
+            ),
+            Patch(
+                "verifier.dtype_check.validator",
+                "executorch.exir.verification.verifier",
+                "EdgeOpArgValidator",
+                f"{_PKG}.edge.dtype_check:validator",
+                "an operator call run before in this lowering's checks is answered",
+                wraps=True,
+                models=EDGE_DTYPE_CHECK_SOURCES,
+                bound="executorch.exir.verification.arg_validator:EdgeOpArgValidator",
             ),
         ),
     ),
