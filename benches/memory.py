@@ -112,13 +112,37 @@ print(json.dumps({"peak": status("VmHWM:") - before}))
 )
 
 
-def run_child(code: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Run ``code`` in a fresh interpreter and return the JSON object on its last stdout line."""
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env
-    )
+class ChildFailed(RuntimeError):
+    """A child interpreter exited non-zero (``returncode`` < 0: killed by that signal, e.g.
+    -9 by the kernel's out-of-memory killer) or ran out of time (``returncode`` None)."""
+
+    def __init__(self, args: tuple[str, ...], returncode: int | None, stderr: str) -> None:
+        super().__init__(f"subprocess {args} failed ({returncode}):\n{stderr[-2000:]}")
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def run_child(
+    code: str,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Run ``code`` in a fresh interpreter and return the JSON object on its last stdout line;
+    :class:`ChildFailed` if it fails or outlives ``timeout`` seconds."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        raise ChildFailed(args, None, err) from exc
     if out.returncode:
-        raise RuntimeError(f"subprocess {args} failed:\n{out.stderr[-2000:]}")
+        raise ChildFailed(args, out.returncode, out.stderr)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -23,6 +23,7 @@ macro_rules! named_consts {
 pub mod chains;
 pub mod membership;
 pub mod propagate;
+pub mod quantize;
 pub mod signature;
 pub mod synth;
 pub mod table;

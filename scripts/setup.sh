@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Set up arm-accel on this machine: the pinned stack once per machine, a project venv, and the
-# native extension built in place. Safe to run again; it only does what is missing.
-# stdout is the venv path and nothing else (callers do VENV=$(bash scripts/setup.sh)); stderr
-# gets one line per step that runs; pip/cargo/maturin output goes to the log ($LOG), whose
-# tail is printed when a step fails.
+# Set up arm-accel on this machine: a venv holding the pinned stack (torch is a multi-GB
+# download: once per machine) and the native extension built in place. Safe to run again; it
+# only does what is missing. stdout is the venv path and nothing else (callers do
+# VENV=$(bash scripts/setup.sh)); stderr gets one line per step that runs; pip/cargo/maturin
+# output goes to the log ($LOG), whose tail is printed when a step fails.
 #
-# ARM_ACCEL_TORCH=VERSION sets up another supported torch instead of the default: a venv of its
-# own ($ARM_ACCEL_VENV_DIR/torch-VERSION, default ~/.cache/arm-accel; no base packages) holding
-# that torch and the rest of the stack, with this checkout built in place (the compatibility
-# runs and CI's second torch).
+# The default torch is the one executorch 1.5.1 was released and validated with (2.14.0), in
+# $ARM_ACCEL_VENV (default ~/.cache/arm-accel/venv). ARM_ACCEL_TORCH=VERSION sets up another
+# supported torch (2.13.0, 2.15.0) in $ARM_ACCEL_VENV_DIR/torch-VERSION (default
+# ~/.cache/arm-accel): the compatibility runs and CI's second torch. Every venv holds its own
+# torch (no base interpreter packages), so versions never replace one another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The pairing executorch 1.5.1 was released and validated with upstream.
-DEFAULT_TORCH=2.13.0
+DEFAULT_TORCH=2.14.0
 TORCH=${ARM_ACCEL_TORCH:-$DEFAULT_TORCH}
 BASE_PY=${ARM_ACCEL_BASE_PYTHON:-python3}
 if [ "$TORCH" = "$DEFAULT_TORCH" ]; then
@@ -43,11 +43,8 @@ step() {
   fi
 }
 
-# torch is a multi-GB download: install the default stack into the base interpreter once per
-# machine and share it with every venv through --system-site-packages; another torch goes into
-# its own venv, once per machine too.
 has_stack() {
-  "$1" - "$TORCH" <<'PY' 2>/dev/null
+  "$VENV/bin/python" - "$TORCH" <<'PY' 2>/dev/null
 import sys
 import importlib.metadata as md
 want = {"torch": sys.argv[1], "executorch": "1.5.1", "tosa-tools": "2026.5.0"}
@@ -55,22 +52,16 @@ assert all(md.version(k).split("+")[0] == v for k, v in want.items())
 import numpy  # noqa: F401
 PY
 }
-if [ "$TORCH" = "$DEFAULT_TORCH" ]; then
-  if ! has_stack "$BASE_PY"; then
-    step "install the pinned stack into $BASE_PY (once per machine; torch is large)" \
-      "$BASE_PY" -m pip install "${PINS[@]}"
-  fi
-  if [ ! -x "$VENV/bin/python" ]; then
-    step "create the venv $VENV" "$BASE_PY" -m venv --system-site-packages "$VENV"
-  fi
-else
-  if [ ! -x "$VENV/bin/python" ]; then
-    step "create the venv $VENV (torch $TORCH, no base packages)" "$BASE_PY" -m venv "$VENV"
-  fi
-  if ! has_stack "$VENV/bin/python"; then
-    step "install torch $TORCH and the stack into $VENV (once per machine; torch is large)" \
-      "$VENV/bin/pip" install "${PINS[@]}"
-  fi
+# A venv of an older layout shared the base interpreter's packages: made anew.
+if [ -f "$VENV/pyvenv.cfg" ] && grep -q '^include-system-site-packages = true' "$VENV/pyvenv.cfg"; then
+  step "remove $VENV (it shared the base interpreter's packages)" rm -rf "$VENV"
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  step "create the venv $VENV" "$BASE_PY" -m venv "$VENV"
+fi
+if ! has_stack; then
+  step "install torch $TORCH, executorch 1.5.1 and tosa-tools into $VENV (once per machine; torch is large)" \
+    "$VENV/bin/pip" install "${PINS[@]}"
 fi
 if ! "$VENV/bin/python" -c 'import pytest, xdist, hypothesis, matplotlib, mypy' 2>/dev/null ||
   ! "$VENV/bin/python" -m ruff --version >/dev/null 2>&1; then

@@ -73,24 +73,23 @@ case "${ARM_ACCEL_UPSTREAM:-ci}" in
     ;;
 esac
 
-# A second supported torch (the default pairing's neighbours share the patch table; this checks
-# the rows and models of another version hold and its outputs equal stock's): a smoke subset of
-# the equality tests in that torch's own venv, built once per machine (scripts/setup.sh with
-# ARM_ACCEL_TORCH). The whole set per version: bash scripts/compat.sh VERSION (a long run).
-# ARM_ACCEL_SECOND_TORCH=none skips it.
-SECOND_TORCH=${ARM_ACCEL_SECOND_TORCH:-2.15.0}
+# The other supported torches (the default is 2.14.0): a smoke subset of the equality tests in
+# each one's own venv, built once per machine (scripts/setup.sh with ARM_ACCEL_TORCH); every row
+# of the patch table must be in effect there and the outputs equal stock's. The whole set per
+# version: bash scripts/compat.sh VERSION (a long run). ARM_ACCEL_OTHER_TORCHES="" skips them.
+OTHER_TORCHES=${ARM_ACCEL_OTHER_TORCHES-2.13.0 2.15.0}
 SMOKE_TESTS=(
   tests/test_patches.py
   tests/test_debug_info.py
   "tests/test_retrace_engine.py::test_every_pass_identical_to_stock"
   "tests/test_decompositions.py::test_lowering_equals_stock"
 )
-second_torch() {
+other_torch() {
   local venv
-  venv=$(ARM_ACCEL_TORCH=$SECOND_TORCH bash scripts/setup.sh) &&
+  venv=$(ARM_ACCEL_TORCH=$1 bash scripts/setup.sh) &&
     "$venv/bin/python" -m pytest -q -n "${ARM_ACCEL_TEST_WORKERS:-2}" --dist loadfile \
       "${SMOKE_TESTS[@]}"
 }
-if [ "$SECOND_TORCH" != none ]; then
-  stage "torch $SECOND_TORCH" second_torch
-fi
+for version in $OTHER_TORCHES; do
+  stage "torch $version" other_torch "$version"
+done

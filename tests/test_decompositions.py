@@ -108,7 +108,8 @@ def test_lowering_equals_stock(active: None) -> None:
     assert _served() > served, "the fake memo served no call of the decompositions"
     assert _collected() > collected, "no collection of CIA ops materialized once"
     assert _overridden() > overridden, "no CIA override made its patches directly"
-    assert _populated() > populated, "no param/buffer meta write-back looked up once"
+    if patches.installed("edge.param_meta"):  # stock by design where torch reads once itself
+        assert _populated() > populated, "no param/buffer meta write-back looked up once"
     assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)

@@ -235,6 +235,72 @@ def plan_propagation_run(
     ``Decline``. Raises ValueError on malformed input or ``max_scans < 1``.
     """
 
+def histogram_next_candidate(
+    csum: npt.NDArray[np.float32],
+    total: float,
+    alpha: float,
+    beta: float,
+    start_bin: int,
+    end_bin: int,
+) -> tuple[float, float, int, int] | None:
+    """``HistogramObserver._non_linear_param_search``'s bound walk from the state
+    ``(alpha, beta, start_bin, end_bin)`` up to the next step that moves a bin.
+
+    ``csum`` is the float32 cumulative histogram, ``total`` its sum as a Python float. Returns
+    ``(alpha, beta, next_start_bin, next_end_bin)`` for that step (the bounds as stock holds
+    them when it computes the candidate's error), or None when the loop ends first. Raises
+    ValueError when the bins are out of range.
+    """
+
+def histogram_error_terms(
+    hist: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    dst_nbins: int,
+    start_bin: int,
+    end_bin: int,
+    out: npt.NDArray[np.float32],
+) -> str:
+    """``HistogramObserver._compute_quantization_error``'s per-bin terms of the candidate
+    ``[start_bin, end_bin]`` into ``out`` (float32, the histogram's length), as torch computes
+    them (``min_val``/``max_val``: the observer's ``.item()``s).
+
+    Returns ``"filled"`` (torch's ``sum()`` of ``out`` is stock's error), ``"zero"`` (stock
+    returns 0.0) or ``"not modelled: <why>"`` (compute it with torch's method). Raises
+    ValueError on mismatched lengths or bins out of range.
+    """
+
+def histogram_observe(
+    x: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    left: float,
+    right: float,
+    hist: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+) -> str:
+    """``HistogramObserver.forward``'s same-range path: ``x`` counted as ``torch.histc`` with
+    the edges ``left``/``right`` (``torch.linspace(min_val, max_val, bins + 1)``'s first and
+    last values) and added to ``hist`` into ``out``.
+
+    Returns ``"added"``, or ``"not modelled: <why>"`` (a value outside ``[min_val, max_val]``
+    or not finite, edges not a finite increasing range: ``out`` untouched). Raises ValueError
+    on mismatched lengths.
+    """
+
+def histogram_upscale(
+    hist: npt.NDArray[np.float32],
+    upsample: int,
+    mids: npt.NDArray[np.float32],
+    boundaries: npt.NDArray[np.float32],
+    out: npt.NDArray[np.float32],
+) -> None:
+    """``HistogramObserver._upscale_histogram``'s bucketing and sum into ``out`` (the bins):
+    ``hist`` repeated ``upsample`` times over ``upsample``, bucketed by
+    ``torch.bucketize(mids, boundaries, right=True) - 1`` clamped to the bins, summed per
+    bucket in order as ``torch.bincount``. Raises ValueError on mismatched lengths.
+    """
+
 class NativePanic(RuntimeError):
     """A Rust panic inside a native kernel (message: ``native kernel NAME panicked: ...``)."""
 

@@ -1,6 +1,6 @@
 //! PyO3 bindings: convert numpy arrays and errors, call the kernels with the GIL released.
 //! No graph logic lives here. One file per kernel family (`table`, `chains`, `signature`,
-//! `membership`, `dims`, `propagate`); this one holds the shared conversions, the panic guard
+//! `membership`, `dims`, `propagate`, `quantize`); this one holds the shared conversions, the panic guard
 //! and the module.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -17,6 +17,7 @@ mod chains;
 mod dims;
 mod membership;
 mod propagate;
+mod quantize;
 mod signature;
 mod table;
 
@@ -131,5 +132,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "testing")]
     dims::register(m)?;
     propagate::register(m)?;
+    quantize::register(m)?;
     Ok(())
 }

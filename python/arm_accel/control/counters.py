@@ -68,6 +68,16 @@ def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0)
         s.seconds += seconds
 
 
+def record_calls(name: str, calls: int, accelerated: int, seconds: float) -> None:
+    """``calls`` finished calls of ``name`` at once, ``accelerated`` of them accelerated (for
+    entries counting many small calls, recorded once per batch)."""
+    with _lock:
+        s = _get(name)
+        s.calls += calls
+        s.accelerated += accelerated
+        s.seconds += seconds
+
+
 def record_fallback(name: str, reason: str) -> None:
     """The accelerated path declined (or failed) and the stock pass ran instead.
 

@@ -53,7 +53,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import patches
-from arm_accel.edge import cia_ops, param_meta, subtrace
+from arm_accel.edge import cia_ops, dtype_check, param_meta, subtrace
 from arm_accel.pipeline import engine
 from arm_accel.runtime import collector, deferred, fake_memo, provenance
 
@@ -582,6 +582,8 @@ def stage(stock: Any) -> Any:
     @functools.wraps(stock)
     def _gen_edge_manager_for_partitioners(*args: Any, **kwargs: Any) -> Any:
         stack = _stage_stack()
+        if not stack:
+            dtype_check.forget()  # a lowering starts
         stack.append(_Stage())
         try:
             with collector.lowering():

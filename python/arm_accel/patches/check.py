@@ -46,6 +46,8 @@ class Finding:
     group: str
     name: str
     reason: str | None
+    #: the row would stay stock by design (a stock source running there does its work)
+    by_design: bool = False
 
 
 def environment(python: str) -> Target:
@@ -85,6 +87,11 @@ def run(target: Target) -> list[Finding]:
             if not sources.version_matches(target.torch, group.torch):
                 gate = f"group modelled on torch {', '.join(group.torch)} (found {target.torch})"
         for row in group.rows:
+            suffices = getattr(row, "stock_suffices", ())
+            if any(pin_failure(target, p) is None for p in suffices):
+                reason = "stock by design: the stock source there does the row's work"
+                findings.append(Finding("row", group.name, row.name, reason, by_design=True))
+                continue
             reasons = [r for r in (gate, _first(target, row.models)) if r is not None]
             findings.append(Finding("row", group.name, row.name, "; ".join(reasons) or None))
     for model in table.MODELS:
@@ -98,10 +105,14 @@ def report(target: Target, findings: list[Finding]) -> str:
         f"sources: {', '.join(str(r) for r in target.roots if 'site-packages' in str(r))}",
         f"torch {target.torch or 'unknown'}, executorch {target.executorch or 'unknown'}",
     ]
-    stock = [f for f in findings if f.reason is not None]
-    for f in stock:
-        lines.append(f"stock  {f.kind:5} {f.group:20} {f.name:40} {f.reason}")
-    lines.append(f"{len(findings) - len(stock)} of {len(findings)} rows and models would hold")
+    stock = [f for f in findings if f.reason is not None and not f.by_design]
+    for f in findings:
+        if f.reason is not None:
+            lines.append(f"stock  {f.kind:5} {f.group:20} {f.name:40} {f.reason}")
+    lines.append(
+        f"{len(findings) - len(stock)} of {len(findings)} rows and models would hold "
+        "(or stay stock by design)"
+    )
     return "\n".join(lines)
 
 

@@ -133,6 +133,57 @@ GEN_PYTHON_CODE = Pin(
     {"2.13.0": "9e367ac7bd7b936d", "2.14.0": "fb7a28207ddb8639", "2.15.0": "a9a0dee20db01b88"},
 )
 
+# torchao 0.18 (the pt2e HistogramObserver the Arm quantizers use)
+TA = ("0.18.0",)
+_OBSERVER = "torchao.quantization.pt2e.observer:HistogramObserver"
+PARAM_SEARCH = Pin(f"{_OBSERVER}._non_linear_param_search", _same("9306a687ba73a304", *TA))
+QUANTIZATION_ERROR = Pin(f"{_OBSERVER}._compute_quantization_error", _same("7521b64266ceb072", *TA))
+GET_NORM = Pin(f"{_OBSERVER}._get_norm", _same("5a53c08e204e3608", *TA))
+OBSERVER_FORWARD = Pin(f"{_OBSERVER}.forward", _same("5710caa9803a4da6", *TA))
+UPSCALE_HISTOGRAM = Pin(f"{_OBSERVER}._upscale_histogram", _same("cad59b3e62afee79", *TA))
+RESET_HISTOGRAM = Pin(f"{_OBSERVER}.reset_histogram", _same("821ee6fe6f4fcf4c", *TA))
+ANNOTATION_PIPELINE = Pin(
+    "executorch.backends.arm._passes.arm_pass_manager"
+    ":ArmPassManager.transform_for_annotation_pipeline",
+    _same("1886bcf3e3299b5f", *ET),
+)
+# C++ kernels the quantization layer models (read on torch 2.13; fuzzed on 2.13, 2.14.0, 2.15.0)
+FLOAT32_COMPARE = Pin(
+    "aten::lt/gt of a float32 tensor and a Python float (type promotion: float32)",
+    torch=TORCH_VERSIONS,
+)
+HISTC_KERNEL = Pin(
+    "aten::histc (C++ histogramdd_cpu_contiguous, linear interpolation)", torch=TORCH_VERSIONS
+)
+ELEMENTWISE_KERNELS = Pin(
+    "aten float32 add/sub/mul/div, div(rounding_mode='floor'), clamp (C++ BinaryOpsKernel)",
+    torch=TORCH_VERSIONS,
+)
+BUCKETIZE_BINCOUNT = Pin(
+    "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
+    torch=TORCH_VERSIONS,
+)
+
+EDGE_DTYPE_CHECK_SOURCES = (
+    Pin(
+        "executorch.exir.verification.verifier:_check_tensor_args_matching_op_allowed_dtype",
+        _same("5223802f594bd06b", *ET),
+    ),
+    Pin("executorch.exir.verification.verifier:_get_inputs", _same("31f3f769363e4cae", *ET)),
+    Pin(
+        "executorch.exir.verification.arg_validator:EdgeOpArgValidator",
+        _same("0ac1c71272c8ad21", *ET),
+    ),
+    Pin("torch._export.utils:_detect_fake_mode_from_gm", _same("a4e91e4071a50500", *ALL_TORCH)),
+    # 2.14.0 also finds the mode of fake tensors wrapped in subclasses; the key declines every
+    # input that is not exactly a FakeTensor, whose mode both versions read alike
+    Pin(
+        "torch._guards:detect_fake_mode",
+        {"2.13.0": "29c2e083e96d8f1f", "2.14.0": "622f145cad2238a0", "2.15.0": "622f145cad2238a0"},
+    ),
+    Pin("torch.fx.interpreter:Interpreter", _same("3323db2660e12de9", *ALL_TORCH)),
+)
+
 # ---------------------------------------------------------------- groups, in install order
 _PKG = "arm_accel"
 
@@ -426,6 +477,33 @@ GROUPS: tuple[Group, ...] = (
         ),
     ),
     Group(
+        name="verifier.dtype_check",
+        layer="edge",
+        why="the edge dialect's dtype check (a fake run of the whole graph) once per graph",
+        torch=TORCH_VERSIONS,
+        rows=(
+            Patch(
+                "verifier.dtype_check",
+                "executorch.exir.verification.verifier",
+                "_check_tensor_args_matching_op_allowed_dtype",
+                f"{_PKG}.edge.dtype_check:checking",
+                "a graph whose key passed in this lowering is not run again",
+                wraps=True,
+                models=EDGE_DTYPE_CHECK_SOURCES,
+            ),
+            Patch(
+                "verifier.dtype_check.validator",
+                "executorch.exir.verification.verifier",
+                "EdgeOpArgValidator",
+                f"{_PKG}.edge.dtype_check:validator",
+                "an operator call run before in this lowering's checks is answered",
+                wraps=True,
+                models=EDGE_DTYPE_CHECK_SOURCES,
+                bound="executorch.exir.verification.arg_validator:EdgeOpArgValidator",
+            ),
+        ),
+    ),
+    Group(
         name="edge.decompositions",
         layer="edge",
         why="the edge stage's decomposition calls 1 and 2 replayed",
@@ -449,7 +527,69 @@ GROUPS: tuple[Group, ...] = (
             ),
         ),
     ),
+    Group(
+        name="quantize.search",
+        layer="quantize",
+        why="convert_pt2e's HistogramObserver parameter search: its bound walk in Rust",
+        check=f"{_PKG}.quantize.histogram:install_check",
+        rows=(
+            Patch(
+                "quantize.histogram_search",
+                _OBSERVER,
+                "_non_linear_param_search",
+                f"{_PKG}.quantize.histogram:dispatching",
+                "the walk between candidates native; each candidate's error and the stop stock's",
+                wraps=True,
+                models=(PARAM_SEARCH, FLOAT32_COMPARE),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.observe",
+        layer="quantize",
+        why="calibration: HistogramObserver's histc and its histogram's re-bucketing in Rust",
+        independent=True,
+        rows=(
+            Patch(
+                "quantize.histogram_forward",
+                _OBSERVER,
+                "forward",
+                f"{_PKG}.quantize.observe:forward",
+                "a batch inside the range added natively; others stock's statements, histc native",
+                wraps=True,
+                models=(OBSERVER_FORWARD, HISTC_KERNEL),
+            ),
+            Patch(
+                "quantize.histogram_upscale",
+                _OBSERVER,
+                "_upscale_histogram",
+                f"{_PKG}.quantize.observe:upscale",
+                "bucketize and bincount native; the linspace calls torch's",
+                wraps=True,
+                models=(UPSCALE_HISTOGRAM, BUCKETIZE_BINCOUNT),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.annotation",
+        layer="quantize",
+        why="prepare_pt2e's Arm annotation pipeline in the re-trace engine's pipeline scope",
+        torch=TORCH_VERSIONS,
+        check=f"{_PKG}.quantize.annotation:install_check",
+        rows=(
+            Patch(
+                "quantize.annotation_pipeline",
+                "executorch.backends.arm._passes.arm_pass_manager:ArmPassManager",
+                "transform_for_annotation_pipeline",
+                f"{_PKG}.quantize.annotation:wrap",
+                "its recompiles deferred and memoised as the pipeline's",
+                wraps=True,
+                models=(ANNOTATION_PIPELINE,),
+            ),
+        ),
+    ),
 )
+
 
 # ---------------------------------------------------------------- models consulted at run time
 MODELS: tuple[Model, ...] = (
@@ -483,6 +623,16 @@ MODELS: tuple[Model, ...] = (
                 _same("67eb1c85a1d8bd91", *ET),
             ),
         ),
+    ),
+    Model(
+        "torchao.histogram_error",
+        "a HistogramObserver candidate's error: float32 terms computed natively, torch's sum",
+        (QUANTIZATION_ERROR, GET_NORM, ELEMENTWISE_KERNELS),
+    ),
+    Model(
+        "torchao.histogram_reset",
+        "HistogramObserver.reset_histogram, inlined with a native histc for a first batch",
+        (RESET_HISTOGRAM, HISTC_KERNEL),
     ),
     Model(
         "aten.conv2d_kernel",

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from arm_accel.control import switch
+from arm_accel.runtime.scopes import ThreadScope
 
 #: Collections of the middle generation between two full collections (CPython's default: 10).
 OLD_GENERATION_THRESHOLD = 100
@@ -34,6 +35,14 @@ _lock = threading.Lock()
 #: Scopes open in the process (any thread), and the thresholds the first one found.
 _open = [0]
 _saved: list[tuple[int, int, int] | None] = [None]
+#: This thread is inside a lowering's scope (other accelerations ask, see in_lowering).
+_thread_scope = ThreadScope()
+
+
+def in_lowering() -> bool:
+    """Whether this thread runs inside :func:`lowering` (the edge stage, ``to_backend``, the
+    Arm pipeline) with acceleration on."""
+    return _thread_scope.active()
 
 
 @contextmanager
@@ -47,7 +56,8 @@ def lowering() -> Iterator[None]:
             _saved[0] = _begin()
         _open[0] += 1
     try:
-        yield
+        with _thread_scope.entered():
+            yield
     finally:
         with _lock:
             _open[0] -= 1
@@ -85,4 +95,4 @@ def _end(thresholds: tuple[int, int, int]) -> None:
     gc.set_threshold(*thresholds)
 
 
-__all__ = ["OLD_GENERATION_THRESHOLD", "lowering", "scoped"]
+__all__ = ["OLD_GENERATION_THRESHOLD", "in_lowering", "lowering", "scoped"]

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -209,15 +210,104 @@ def _identity(same: bool) -> str:
     return "identical" if same else "DIFFERENT"
 
 
-def verdict(ratio: float, same: dict[str, bool], accelerated: int | None) -> str:
+def verdict(
+    ratio: float, same: dict[str, bool], accelerated: int | None, script_ratio: float | None = None
+) -> str:
     """The demo's last line: speed-up and whether every compared output is identical."""
-    outputs = " and ".join(same)
+    names = list(same)
+    outputs = " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
     if not all(same.values()):
         differ = ", ".join(k for k, v in same.items() if not v)
         return f"verdict: FAILED, accelerated output differs from stock ({differ}); please report"
     if not accelerated:
         return f"verdict: no accelerated pass ran (both lowerings stock); {outputs} identical"
-    return f"verdict: accelerated lowering {ratio:.2f}x stock's speed, {outputs} identical"
+    script = f", whole script {script_ratio:.2f}x" if script_ratio is not None else ""
+    return f"verdict: accelerated lowering {ratio:.2f}x stock's speed{script}; {outputs} identical"
+
+
+@dataclass
+class ScriptRun:
+    """One side of the demo: the user's script from model to .pte, stage by stage."""
+
+    stages: dict[str, float]
+    profile: Profile
+    delegate_bytes: list[bytes]
+    pte: bytes
+    exported: Any  # a copy of the program handed to the lowering, taken before it
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.stages.values())
+
+
+def run_script(
+    model: Any,
+    inputs: tuple[Any, ...],
+    mode: str,
+    stock: bool,
+    target: str,
+    calibration: list[tuple[Any, ...]],
+    quiet: bool,
+) -> ScriptRun:
+    """Export (and for INT quantize and re-export), lower and serialize the .pte, stock or
+    accelerated, timing each stage."""
+    from arm_accel.tools import models, profiling
+
+    side = "stock" if stock else "accelerated"
+    stages: dict[str, float] = {}
+    label = f"export{' + quantize' if mode == 'INT' else ''} ({side})"
+    with profiling.stock() if stock else contextlib.nullcontext():
+        exported = _step(
+            label,
+            lambda: models.export_for_arm(
+                model, inputs, mode, target=target, calibration=calibration, stages=stages
+            ),
+        )
+    snapshot = _unshared_copy(exported)
+    edge, prof, stages["lower"] = run_lowering(
+        exported, mode, stock, f"lower {side}", target, quiet
+    )
+    delegate = models.tosa_bytes(edge)
+    with profiling.stock() if stock else contextlib.nullcontext():
+        start = time.perf_counter()
+        pte = _step(f"serialize .pte ({side})", functools.partial(models.pte_bytes, edge))
+        stages[".pte"] = time.perf_counter() - start
+    return ScriptRun(stages, prof, delegate, pte, snapshot)
+
+
+def _unshared_copy(program: Any) -> Any:
+    """A deep copy of ``program`` whose nodes' meta containers are its own: ``deepcopy``
+    shares them (``custom``, ``nn_module_stack``, ...), and a stock lowering of a deep copy
+    writes into them (dynamo's ``custom`` markers): the copy stays as the program was."""
+    import copy
+
+    clone = copy.deepcopy(program)
+    for node in clone.graph.nodes:
+        for key, value in node.meta.items():
+            if isinstance(value, (dict, list)):
+                node.meta[key] = copy.copy(value)
+    return clone
+
+
+def _stage_rows(stock: ScriptRun, accel: ScriptRun, batches: int) -> list[list[str]]:
+    rows = []
+    for stage in stock.stages:
+        s, a = stock.stages[stage], accel.stages.get(stage, float("nan"))
+        label = (
+            f"{stage} ({batches} batch{'es' if batches > 1 else ''})"
+            if stage == "calibrate"
+            else stage
+        )
+        rows.append([label, f"{s:.2f}", f"{a:.2f}", f"{s / a:.2f}x" if a else "-"])
+    s, a = stock.seconds, accel.seconds
+    rows.append(["whole script", f"{s:.2f}", f"{a:.2f}", f"{s / a:.2f}x" if a else "-"])
+    return rows
+
+
+def _programs_equal(a: Any, b: Any) -> bool:
+    from arm_accel.tools.program_compare import program_differences
+
+    return not program_differences(a, b, separately_exported=True)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -243,40 +333,46 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "both runs are stock",
             file=sys.stderr,
         )
+    mode = models.target_mode(target, models.ZOO[name].mode)
+    model, inputs, _ = _step(f"build {name}", lambda: models.build(name))
     if not args.no_warmup:
-        # First-call costs (lazy imports, Vela's start-up, caches) would otherwise land on the
-        # stock run.
+        # First-call costs (lazy imports, dynamo, Vela's start-up, caches) would otherwise
+        # land on the first side: the whole script on a tiny model, each side once, and the
+        # model's own export and quantization (dynamo marks some ops only the first time a
+        # process traces them, stock or not: an in-place relu's ``custom`` meta).
         def warmup() -> None:
-            m, i, md = models.build("convnet")
-            md = models.target_mode(target, md)
-            models.lower(models.export_for_arm(m, i, md, target=target), md, target)
+            m, i, _ = models.build("convnet")
+            for stock in (True, False):
+                with profiling.stock() if stock else contextlib.nullcontext():
+                    models.lower(models.export_for_arm(m, i, mode, target=target), mode, target)
+            models.export_for_arm(model, inputs, mode, target=target)
 
         with _drop_stdout(quiet):
             _step("warm-up (untimed)", warmup)
-    model, inputs, mode = _step(f"build {name}", lambda: models.build(name))
-    mode = models.target_mode(target, mode)
-    exported = _step(
-        f"export{' + quantize' if mode == 'INT' else ''} ({mode})",
-        lambda: models.export_for_arm(model, inputs, mode, target=target),
-    )
-    edge_s, prof_s, t_s = run_lowering(exported, mode, True, "lower stock", target, quiet)
-    # Keep only the bytes, so the accelerated run starts from the same live heap as stock did.
-    # The .pte is serialized outside the timed lowering (none of our passes runs there).
-    bytes_s = models.tosa_bytes(edge_s)
-    pte_s = _step("serialize .pte (stock)", functools.partial(models.pte_bytes, edge_s))
-    del edge_s
+    calibration = models.calibration_batches(inputs, args.batches)
+    stock = run_script(model, inputs, mode, True, target, calibration, quiet)
     stats_before = profiling.stats_snapshot()
-    edge_a, prof_a, t_a = run_lowering(exported, mode, False, "lower accelerated", target, quiet)
+    accel = run_script(model, inputs, mode, False, target, calibration, quiet)
     stats_after = profiling.stats_snapshot()
     accelerated, fallbacks = profiling.stats_delta(stats_before, stats_after)
     in_place, stock_retraces = profiling.stats_delta(
         stats_before, stats_after, lambda n: n.endswith(".retrace")
     )
-    bytes_a = models.tosa_bytes(edge_a)
-    pte_a = _step("serialize .pte (accelerated)", functools.partial(models.pte_bytes, edge_a))
+    prof_s, prof_a = stock.profile, accel.profile
+    t_s, t_a = stock.stages["lower"], accel.stages["lower"]
     delegate = "Vela" if ethos else "TOSA"
-    same = {f"{delegate} output": bytes_s == bytes_a, ".pte": pte_s == pte_a}
+    same = {}
+    if mode == "INT":
+        same["quantized program"] = _programs_equal(stock.exported, accel.exported)
+    same[f"{delegate} output"] = stock.delegate_bytes == accel.delegate_bytes
+    same[".pte"] = stock.pte == accel.pte
 
+    print(
+        profiling.format_table(
+            _stage_rows(stock, accel, args.batches), ["stage", "stock s", "accelerated s", "ratio"]
+        ),
+        end="",
+    )
     rows = [
         ["lowering seconds", f"{t_s:.2f}", f"{t_a:.2f}"],
         ["re-traces", str(prof_s.retraces), str(prof_a.retraces)],
@@ -307,21 +403,23 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 ),
             ]
         )
-    nbytes = sum(len(b) for b in bytes_s)
+    nbytes = sum(len(b) for b in stock.delegate_bytes)
     print(
         f"model {name} ({mode}) for {target}, {prof_s.nodes_in or '?'} nodes entering the "
-        f"view/permute passes, {len(bytes_s)} delegate(s) of {nbytes} {delegate} bytes, "
-        f".pte {len(pte_s)} bytes"
+        f"view/permute passes, {len(stock.delegate_bytes)} delegate(s) of {nbytes} {delegate} "
+        f"bytes, .pte {len(stock.pte)} bytes"
     )
     print(profiling.format_table(rows, ["", "stock", "accelerated"]), end="")
     ratio = t_s / t_a if t_a else float("nan")
+    script_ratio = stock.seconds / accel.seconds if accel.seconds else float("nan")
     print(f"ratio (stock / accelerated): {ratio:.2f}x")
+    print(f"whole script ratio (stock / accelerated): {script_ratio:.2f}x")
     if accelerated is not None:
         print(f"accelerated pass calls: {accelerated}, fallbacks to stock: {fallbacks}")
         print(f"pipeline re-traces in place: {in_place}, stock: {stock_retraces}")
     for what, ok in same.items():
         print(f"{what}: {_identity(ok)}")
-    print(verdict(ratio, same, accelerated))
+    print(verdict(ratio, same, accelerated, script_ratio))
     return 0 if all(same.values()) else 1
 
 
@@ -340,11 +438,14 @@ def _run_script(script: str, script_args: list[str], quiet: bool) -> tuple[Profi
     out = contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext()
     try:
         with out, profiling.profiled() as prof:
+            start = time.perf_counter()
             try:
                 runpy.run_path(script, run_name="__main__")
             except SystemExit as exc:
                 if exc.code not in (None, 0):
                     raise
+            finally:
+                prof.script_seconds = time.perf_counter() - start
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return prof, arm_accel.stats()
@@ -384,6 +485,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         print(profiling.compare_table(runs["stock"][0], runs["accelerated"][0], args.top), end="")
     else:
         print(profiling.profile_table(runs["run"][0], args.top), end="")
+    if not args.json:
+        print(profiling.stage_table({name: prof for name, (prof, _) in runs.items()}), end="")
     if args.csv:
         profiling.write_csv(args.csv, {name: prof for name, (prof, _) in runs.items()})
     return 0
@@ -448,6 +551,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="tosa",
         help="tosa (default: bare TOSA), ethos-u55-128 or ethos-u85-256 (EthosUPartitioner "
         "and Vela; INT only, so FP zoo models are quantized for it); models.TARGETS",
+    )
+    p.add_argument(
+        "--batches",
+        type=int,
+        default=1,
+        help="calibration batches for INT models: the example inputs, then seeded random ones "
+        "like them (default 1)",
     )
     p.add_argument(
         "--no-warmup", action="store_true", help="skip the untimed warm-up lowering of a tiny model"

@@ -3,7 +3,9 @@ the demo, the benchmarks and the tests."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,18 +142,29 @@ def build_hf_decoder(
     """A 2-layer ``transformers`` decoder of ``family`` (a key of :data:`HF_FAMILIES`) built
     with ``from_config`` (no hub access), seeded random weights, eager attention."""
     try:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        import transformers  # noqa: F401
     except ImportError as exc:
         raise ImportError(
             f"the {family} zoo models need transformers: pip install 'arm-accel[bench]' "
             "(or pip install transformers; it does not reinstall torch)"
         ) from exc
 
-    config = AutoConfig.for_model(family, **HF_COMMON, **HF_FAMILIES[family])
-    config._attn_implementation = "eager"
+    return build_hf_causal_lm(family, {**HF_COMMON, **HF_FAMILIES[family]}, seq_len, seed)
+
+
+def build_hf_causal_lm(
+    family: str, config: dict[str, Any], seq_len: int = 16, seed: int = 0
+) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...]]:
+    """A ``transformers`` causal LM of model type ``family`` built with ``from_config`` from the
+    ``config`` fields (no hub access), seeded random weights, eager attention, returning its
+    logits for ``seq_len`` seeded random tokens."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    hf_config = AutoConfig.for_model(family, **config)
+    hf_config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = CausalLMLogits(AutoModelForCausalLM.from_config(config)).eval()
-    tokens = torch.randint(0, config.vocab_size, (1, seq_len))
+    model = CausalLMLogits(AutoModelForCausalLM.from_config(hf_config)).eval()
+    tokens = torch.randint(0, hf_config.vocab_size, (1, seq_len))
     return model, (tokens,)
 
 
@@ -229,22 +242,89 @@ def quantizer(mode: str, target: str = TOSA) -> Any:
     return q
 
 
+class StageClock:
+    """Adds each ``with clock("stage"):`` block's seconds to ``stages[stage]`` (no-op without
+    a dict)."""
+
+    def __init__(self, stages: dict[str, float] | None) -> None:
+        self.stages = stages
+
+    @contextmanager
+    def __call__(self, stage: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.stages is not None:
+                self.stages[stage] = self.stages.get(stage, 0.0) + time.perf_counter() - start
+
+
 def export_for_arm(
     model: torch.nn.Module,
     inputs: tuple[torch.Tensor, ...],
     mode: str,
     seed: int = 0,
     target: str = TOSA,
+    calibration: list[tuple[torch.Tensor, ...]] | None = None,
+    stages: dict[str, float] | None = None,
 ) -> Any:
-    """torch.export the model; for INT, quantize it with the target's quantizer first."""
+    """torch.export the model; for INT, quantize it with the target's quantizer first
+    (calibrated on ``calibration``, default the example inputs) and export the result.
+    ``stages``: filled with each stage's seconds (``export``; for INT also ``prepare``,
+    ``calibrate``, ``convert``, ``re-export``)."""
+    clock = StageClock(stages)
     if mode == "FP":
-        return torch.export.export(model, inputs)
+        with clock("export"):
+            return torch.export.export(model, inputs)
     # The same steps as executorch's own Arm test pipeline (ArmQuantize).
     torch.manual_seed(seed)
     q = quantizer(mode, target)
-    graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
-    converted = q._quantize_with_submodules(graph, [inputs], False, True)
-    return torch.export.export(converted, inputs, strict=True)
+    with clock("export"):
+        graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    converted = quantize(q, graph, calibration or [inputs], clock)
+    with clock("re-export"):
+        return torch.export.export(converted, inputs, strict=True)
+
+
+def quantize(
+    q: Any, graph: torch.fx.GraphModule, samples: list[tuple[Any, ...]], clock: StageClock
+) -> torch.fx.GraphModule:
+    """``q._quantize_with_submodules(graph, samples, False, True)`` (what executorch's Arm
+    test pipeline calls), made of its own calls stage by stage when the graph has no
+    cond/while submodules (it then runs exactly ``prepare_pt2e``, the calibration loop and
+    ``convert_pt2e(fold_quantize=True)``); with them, in one ``quantize`` stage."""
+    from executorch.backends.arm.quantizer.arm_quantizer import get_cond_while_submodules_ao
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    if get_cond_while_submodules_ao(graph, apply_quantization=True):
+        with clock("quantize"):
+            return q._quantize_with_submodules(graph, samples, False, True)  # type: ignore[no-any-return]
+    with clock("prepare"):
+        prepared = prepare_pt2e(graph, q)
+    with clock("calibrate"):
+        for sample in samples:
+            prepared(*sample)
+    with clock("convert"):
+        return convert_pt2e(prepared, fold_quantize=True)
+
+
+def calibration_batches(
+    inputs: tuple[torch.Tensor, ...], n: int, seed: int = 1
+) -> list[tuple[torch.Tensor, ...]]:
+    """``n`` calibration batches: the example inputs, then seeded random ones like them (token
+    ids below the largest example id + 1 for integer inputs, normal values otherwise)."""
+    g = torch.Generator().manual_seed(seed)
+    out = [inputs]
+    for _ in range(n - 1):
+        batch = []
+        for t in inputs:
+            if t.dtype in (torch.int32, torch.int64):
+                high = int(t.max()) + 1
+                batch.append(torch.randint(0, high, t.shape, generator=g, dtype=t.dtype))
+            else:
+                batch.append(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        out.append(tuple(batch))
+    return out
 
 
 def partitioner(mode: str, target: str = TOSA) -> Any:

@@ -17,7 +17,12 @@ level and only while it is active:
 * the lowering phases that are not passes: ``to_edge_transform_and_lower`` / ``to_edge`` /
   ``EdgeProgramManager.to_backend`` (the lowering entry points), ``run_decompositions``,
   ``TOSAPartitioner.partition``, ``TOSABackend.preprocess`` and
-  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses.
+  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses;
+* what the entry points do between them (:data:`LOWERING_PARTS`): the verifiers (and apart,
+  the edge dialect's dtype check, which runs the whole graph on fake values), the construction
+  of programs, constant lifting, ``to_backend``'s fake program copy, partition submodules and
+  copies for preprocess, the code generation of deferred recompiles. ``(lowering: other)`` is
+  what is left of the entry points' own time.
 
 Seconds are **exclusive**: a frame's time minus the time of the frames nested in it, so the
 rows add up to the total profiled time without double counting, and the rows of the lowering
@@ -33,6 +38,7 @@ import functools
 import gc
 import importlib
 import io
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,6 +72,72 @@ PHASES = {
     "vela_compile": "(Vela compile)",
     "transform_to_backend_pipeline": "(ArmPassManager: pipeline setup)",
 }
+# What a lowering does outside its passes and the phases above, each a phase row of its own:
+# (module, class or None for a module function, attribute, row). Their time is exclusive as
+# everywhere: a verifier run inside a pass is charged to the verifier row, not to the pass.
+LOWERING_PARTS: tuple[tuple[str, str | None, str, str], ...] = (
+    (
+        "torch._export.verifier",
+        "Verifier",
+        "_check_graph_module",
+        "(verifiers: graph and op checks)",
+    ),
+    (
+        "executorch.exir.verification.verifier",
+        None,
+        "_check_tensor_args_matching_op_allowed_dtype",
+        "(verifiers: edge op dtype check, a fake run of the graph)",
+    ),
+    (
+        "torch.export.exported_program",
+        "ExportedProgram",
+        "__init__",
+        "(ExportedProgram construction)",
+    ),
+    (
+        "executorch.exir.program._program",
+        "EdgeProgramManager",
+        "__init__",
+        "(EdgeProgramManager construction)",
+    ),
+    (
+        "executorch.exir.program._program",
+        None,
+        "lift_constant_tensor_pass",
+        "(to_edge: constant lifting)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "get_fake_program",
+        "(to_backend: fake program copy)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "_create_partitions",
+        "(to_backend: partition submodules)",
+    ),
+    (
+        "executorch.exir.backend.backend_api",
+        None,
+        "lower_all_submodules_to_backend",
+        "(to_backend: program copies for preprocess)",
+    ),
+    (
+        "arm_accel.runtime.deferred",
+        None,
+        "materialize",
+        "(code generation of deferred recompiles)",
+    ),
+)
+
+
+#: The stages of a user's script, in order: ``torch.export.export`` before quantizing, the
+#: quantizer's ``prepare_pt2e``, the calibration (the script's time from ``prepare_pt2e``'s
+#: return to ``convert_pt2e``'s call), ``convert_pt2e``, ``torch.export.export`` after it, the
+#: lowering entry points, and ``to_executorch`` with the program's serialization (``buffer``).
+STAGES = ("export", "prepare", "calibrate", "convert", "re-export", "lower", ".pte")
 
 
 @dataclass
@@ -100,6 +172,16 @@ class Profile:
     lowering_seconds: float = 0.0  # wall time inside the outermost lowering entry points
     lowering_calls: int = 0
     nodes_in: int | None = None  # graph nodes entering the first view/permute pass
+    # Inclusive seconds of the user script's stages (see STAGES), outside the pass rows.
+    stages: dict[str, float] = field(default_factory=dict)
+    script_seconds: float | None = None  # wall time of the whole script (``arm-accel profile``)
+
+    def stage_seconds(self) -> dict[str, float]:
+        """Each stage's seconds in script order, the lowering's included (its wall time)."""
+        out = {k: self.stages[k] for k in STAGES if k in self.stages}
+        if self.lowering_calls:
+            out["lower"] = self.lowering_seconds
+        return {k: out[k] for k in STAGES if k in out}
 
     @property
     def total_seconds(self) -> float:
@@ -119,6 +201,10 @@ class Profile:
             "retraces": self.retraces,
             "nodes_in": self.nodes_in,
             "view_permute_seconds": round(self.view_permute_seconds(), 6),
+            "stages": {k: round(v, 6) for k, v in self.stage_seconds().items()},
+            "script_seconds": None
+            if self.script_seconds is None
+            else round(self.script_seconds, 6),
             "rows": [r.as_dict(total) for r in self.sorted_rows()],
         }
 
@@ -187,6 +273,9 @@ class Profiler:
         self.profile = Profile()
         self._stack: list[_Frame] = []
         self._patches: list[tuple[Any, str, Any]] = []
+        self._prepared_at: float | None = None  # when prepare_pt2e last returned
+        self._converted = False  # a convert_pt2e finished: later exports are re-exports
+        self._in_stage = 0  # nesting depth of stage wrappers (only the outermost counts)
 
     # ----------------------------------------------------------------- frames
     def _push(self, key: str, kind: str, target: Any = None, is_lowering: bool = False) -> _Frame:
@@ -285,6 +374,37 @@ class Profiler:
 
         return phase
 
+    def _add_stage(self, stage: str, seconds: float) -> None:
+        self.profile.stages[stage] = self.profile.stages.get(stage, 0.0) + seconds
+
+    def _wrap_stage(self, original: Callable[..., Any], stage: str) -> Callable[..., Any]:
+        """Time the outermost calls of ``original`` as ``stage`` (``export`` becomes
+        ``re-export`` after a ``convert_pt2e``), without a row of their own."""
+        profiler = self
+
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if profiler._in_stage:
+                return original(*args, **kwargs)
+            name = "re-export" if stage == "export" and profiler._converted else stage
+            if name == "convert" and profiler._prepared_at is not None:
+                profiler._add_stage("calibrate", time.perf_counter() - profiler._prepared_at)
+                profiler._prepared_at = None
+            profiler._in_stage += 1
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                profiler._in_stage -= 1
+                profiler._add_stage(name, end - start)
+                if name == "prepare":
+                    profiler._prepared_at = end
+                elif name == "convert":
+                    profiler._converted = True
+
+        return timed
+
     # ---------------------------------------------------------------- patching
     def _patch_attr(self, owner: Any, attr: str, make: Callable[[Any], Any]) -> None:
         raw = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
@@ -292,6 +412,8 @@ class Profiler:
             return
         if isinstance(raw, staticmethod):
             new: Any = staticmethod(make(raw.__func__))
+        elif isinstance(raw, property):
+            new = property(make(raw.fget), raw.fset, raw.fdel, raw.__doc__)
         elif isinstance(raw, classmethod):
             return  # not needed for any hook point
         else:
@@ -362,6 +484,47 @@ class Profiler:
             except Exception:  # noqa: BLE001
                 continue
             self._patch_attr(cls, attr, lambda f, a=attr: self._wrap_phase(f, PHASES[a]))
+        for module_name, owner, attr, key in LOWERING_PARTS:
+            if owner is None:
+                self._patch_module_fn(module_name, attr, key, False)
+                continue
+            try:
+                cls = getattr(importlib.import_module(module_name), owner)
+            except Exception:  # noqa: BLE001
+                continue
+            self._patch_attr(cls, attr, lambda f, k=key: self._wrap_phase(f, k))
+        self._install_stages()
+
+    def _install_stages(self) -> None:
+        """The script's stages outside the lowering (``STAGES``): module functions where
+        scripts and the Arm quantizer look them up, and the .pte's methods."""
+        import torch.export
+
+        self._patch_attr(torch.export, "export", lambda f: self._wrap_stage(f, "export"))
+        # torchao's functions are patched where they are defined (a script importing them
+        # later gets ours); a module that already bound them by name is patched only if
+        # loaded (importing the Arm quantizer would import, hence activate, the Arm passes).
+        quantize_modules = (
+            ("torchao.quantization.pt2e.quantize_pt2e", True),
+            ("torchao.quantization.pt2e", True),
+            ("executorch.backends.arm.quantizer.arm_quantizer", False),
+        )
+        for module_name, load in quantize_modules:
+            try:
+                module = importlib.import_module(module_name) if load else sys.modules[module_name]
+            except Exception:  # noqa: BLE001
+                continue
+            for attr, stage in (
+                ("prepare_pt2e", "prepare"),
+                ("prepare_qat_pt2e", "prepare"),
+                ("convert_pt2e", "convert"),
+            ):
+                if hasattr(module, attr):
+                    self._patch_attr(module, attr, lambda f, st=stage: self._wrap_stage(f, st))
+        from executorch.exir.program._program import EdgeProgramManager, ExecutorchProgramManager
+
+        self._patch_attr(EdgeProgramManager, "to_executorch", lambda f: self._wrap_stage(f, ".pte"))
+        self._patch_attr(ExecutorchProgramManager, "buffer", lambda f: self._wrap_stage(f, ".pte"))
 
     def uninstall(self) -> None:
         while self._patches:
@@ -420,9 +583,11 @@ def stats_snapshot() -> Stats | None:
 
 def is_pass_entry(name: str) -> bool:
     """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
-    ``"retrace_engine.*"``) or the to_edge stage (``"to_edge.*"``), whose declines by design are
-    counted as fallbacks."""
-    return not name.endswith(".retrace") and not name.startswith(("to_edge.", "retrace_engine."))
+    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``), the verifiers (``"verifier.*"``)
+    or the quantization flow (``"quantize.*"``): their declines by design count as fallbacks."""
+    return not name.endswith(".retrace") and not name.startswith(
+        ("to_edge.", "retrace_engine.", "verifier.", "quantize.")
+    )
 
 
 def stats_delta(
@@ -569,6 +734,40 @@ def compare_table(stock_p: Profile, accel_p: Profile, top: int | None = None) ->
         f"time stock {stock_p.lowering_seconds:.3f} s, accelerated "
         f"{accel_p.lowering_seconds:.3f} s; re-traces {stock_p.retraces} -> {accel_p.retraces}\n"
     )
+    return text
+
+
+def stage_table(profiles: dict[str, Profile]) -> str:
+    """The script's stages (``STAGES``) per run, and the whole script's wall time; with two
+    runs (stock, accelerated) a ratio column and the whole script's and lowering's ratios."""
+    runs = list(profiles)
+    stages = [k for k in STAGES if any(k in p.stage_seconds() for p in profiles.values())]
+    if not stages:
+        return ""
+    pair = len(runs) == 2
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{a / b:.2f}x" if a is not None and b else "-"
+
+    body = []
+    for stage in stages:
+        values = [p.stage_seconds().get(stage) for p in profiles.values()]
+        row = [stage, *(f"{v:.3f}" if v is not None else "-" for v in values)]
+        body.append(row + ([ratio(values[0], values[1])] if pair else []))
+    scripts = [p.script_seconds for p in profiles.values()]
+    if all(v is not None for v in scripts):
+        body.append(
+            ["whole script", *(f"{v:.3f}" for v in scripts if v is not None)]
+            + ([ratio(scripts[0], scripts[1])] if pair else [])
+        )
+    header = ["stage", *(f"{r} s" for r in runs)] + (["ratio"] if pair else [])
+    text = format_table(body, header)
+    if pair:
+        a, b = profiles[runs[0]], profiles[runs[1]]
+        text += (
+            f"whole script ratio: {ratio(a.script_seconds, b.script_seconds)}; lowering ratio: "
+            f"{ratio(a.lowering_seconds, b.lowering_seconds)}\n"
+        )
     return text
 
 

@@ -1,0 +1,216 @@
+"""The quantization phase of a user's script (export, ``TOSAQuantizer``, ``prepare_pt2e``,
+calibration, ``convert_pt2e``, re-export), stock vs accelerated, side by side in one process.
+
+``search``: every ``HistogramObserver`` of the model after calibration, its parameter search
+(``_non_linear_param_search``) stock then accelerated, observer by observer; totals, the
+per-observer ratios (min / median / max), and whether every (min, max) is bit-identical.
+
+``calibrate``: one prepared model copied twice, each calibration batch fed to the stock copy
+then to the accelerated one; the calibration seconds, the seconds inside
+``HistogramObserver.forward``, and whether every observer's state is bit-identical after.
+
+``phase`` (default): the whole phase, each stage stock then accelerated; seconds per stage,
+ratios, and whether the converted modules' q/dq nodes and the re-exported programs are equal.
+
+    python benches/quantize.py                       # phase, llama4, 1 calibration batch
+    python benches/quantize.py search --batches 32
+    python benches/quantize.py calibrate --batches 1 32 128
+    python benches/quantize.py phase --model dscnnkws --batches 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import arm_accel
+import torch
+from arm_accel.control import counters
+from arm_accel.quantize import observe
+from arm_accel.tools import models
+from arm_accel.tools.program_compare import program_differences
+from torch import fx
+from torchao.quantization.pt2e.observer import HistogramObserver, ObserverBase
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+
+def calibration_batches(
+    name: str, inputs: tuple[torch.Tensor, ...], n: int
+) -> list[tuple[torch.Tensor, ...]]:
+    """``n`` batches: the example inputs, then seeded random ones like them (the demo's)."""
+    return models.calibration_batches(inputs, n)
+
+
+def timed(fn: Callable[[], Any], accelerated: bool) -> tuple[Any, float]:
+    ctx = arm_accel.enabled() if accelerated else arm_accel.disabled()
+    with ctx:
+        t0 = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - t0
+
+
+def export(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> fx.GraphModule:
+    return torch.export.export(model, inputs, strict=True).module(check_guards=False)
+
+
+def prepared_model(name: str) -> tuple[fx.GraphModule, tuple[torch.Tensor, ...]]:
+    model, inputs, mode = models.build(name)
+    torch.manual_seed(0)
+    return prepare_pt2e(export(model, inputs), models.quantizer(mode)), inputs
+
+
+def _bits(t: torch.Tensor) -> bytes:
+    return t.detach().contiguous().numpy().tobytes()
+
+
+def observers(gm: fx.GraphModule) -> list[tuple[str, ObserverBase]]:
+    return [(n, m) for n, m in gm.named_modules() if isinstance(m, ObserverBase)]
+
+
+def observer_state(gm: fx.GraphModule) -> list[Any]:
+    return [(n, [(k, _bits(v)) for k, v in m.state_dict().items()]) for n, m in observers(gm)]
+
+
+def cmd_search(args: argparse.Namespace) -> None:
+    prepared, inputs = prepared_model(args.model)
+    for batch in calibration_batches(args.model, inputs, args.batches):
+        prepared(*batch)
+    hists = [m for _, m in observers(prepared) if isinstance(m, HistogramObserver)]
+    stock_s, ours_s, ratios, same = 0.0, 0.0, [], True
+    for obs in hists:
+        (a, ta) = timed(obs._non_linear_param_search, accelerated=False)
+        (b, tb) = timed(obs._non_linear_param_search, accelerated=True)
+        stock_s, ours_s = stock_s + ta, ours_s + tb
+        ratios.append(ta / tb)
+        same &= _bits(a[0]) == _bits(b[0]) and _bits(a[1]) == _bits(b[1])
+    print(
+        f"{args.model}, {args.batches} calibration batch(es): {len(hists)} HistogramObservers; "
+        f"parameter search stock {stock_s:.3f} s, accelerated {ours_s:.4f} s, "
+        f"ratio {stock_s / ours_s:.1f}x"
+    )
+    print(
+        f"per observer: ratio min {min(ratios):.1f}x, median {statistics.median(ratios):.1f}x, "
+        f"max {max(ratios):.1f}x; stock mean {1e3 * stock_s / len(hists):.2f} ms; "
+        f"(min, max) bit-identical: {same}"
+    )
+
+
+def _forward_seconds() -> float:
+    s = counters.snapshot().get(observe.FORWARD_STATS_NAME)
+    return s.seconds if s else 0.0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    for n in args.batches_list:
+        prepared, inputs = prepared_model(args.model)
+        sides = {"stock": copy.deepcopy(prepared), "accelerated": prepared}
+        seconds = {k: 0.0 for k in sides}
+        in_forward = {k: 0.0 for k in sides}
+        for batch in calibration_batches(args.model, inputs, n):
+            for side, gm in sides.items():
+                f0 = _forward_seconds()
+                _, dt = timed(lambda gm=gm, b=batch: gm(*b), accelerated=side == "accelerated")
+                seconds[side] += dt
+                in_forward[side] += _forward_seconds() - f0
+        same = observer_state(sides["stock"]) == observer_state(sides["accelerated"])
+        s, a = seconds["stock"], seconds["accelerated"]
+        fs, fa = in_forward["stock"], in_forward["accelerated"]
+        print(
+            f"{args.model}, {n:4d} batch(es): calibration stock {s:7.2f} s, accelerated "
+            f"{a:6.2f} s ({s / a:5.2f}x); in HistogramObserver.forward {fs:7.2f} s vs "
+            f"{fa:6.2f} s ({fs / fa if fa else float('nan'):5.1f}x); observers identical: {same}"
+        )
+
+
+def _qdq(gm: fx.GraphModule) -> list[Any]:
+    return [
+        (n.name, str(n.target), repr(n.args))
+        for n in gm.graph.nodes
+        if n.op == "call_function" and "quantize_per" in str(n.target)
+    ]
+
+
+def cmd_phase(args: argparse.Namespace) -> None:
+    model, inputs, mode = models.build(args.model)
+    batches = calibration_batches(args.model, inputs, args.batches)
+    sides = ("stock", "accelerated")
+    t: dict[str, dict[str, float]] = {s: {} for s in sides}
+    state: dict[str, dict[str, Any]] = {s: {} for s in sides}
+
+    def stage(label: str, fn: Callable[[dict[str, Any]], Any]) -> None:
+        for side in sides:
+            out, dt = timed(lambda side=side: fn(state[side]), accelerated=side == "accelerated")
+            state[side][label] = out
+            t[side][label] = dt
+
+    def quantizer(st: dict[str, Any]) -> Any:
+        torch.manual_seed(0)
+        return models.quantizer(mode)
+
+    stage("export", lambda st: (export(model, inputs), quantizer(st)))
+    stage("prepare", lambda st: prepare_pt2e(*st["export"]))
+    stage("calibrate", lambda st: [st["prepare"](*b) for b in batches])
+    stage("convert", lambda st: convert_pt2e(st["prepare"]))
+    stage("re-export", lambda st: torch.export.export(st["convert"], inputs, strict=True))
+
+    print(
+        f"{args.model} ({mode}), {args.batches} calibration batch(es), "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(f"{'stage':<12}{'stock s':>10}{'accel s':>10}{'ratio':>8}")
+    for label in t["stock"]:
+        s, a = t["stock"][label], t["accelerated"][label]
+        print(f"{label:<12}{s:10.2f}{a:10.2f}{s / a:8.2f}")
+    s, a = sum(t["stock"].values()), sum(t["accelerated"].values())
+    print(f"{'whole phase':<12}{s:10.2f}{a:10.2f}{s / a:8.2f}")
+    qdq_same = _qdq(state["stock"]["convert"]) == _qdq(state["accelerated"]["convert"])
+    diffs = program_differences(
+        state["stock"]["re-export"], state["accelerated"]["re-export"], separately_exported=True
+    )
+    print(f"q/dq nodes identical: {qdq_same}; re-exported programs equal: {not diffs}")
+    for d in diffs[:5]:
+        print("  ", d)
+
+
+def warm_up() -> None:
+    """One quantization phase of a small model, untimed: first-call costs (dynamo, lazy
+    imports, kernels) would otherwise land on whichever side runs first."""
+    model, inputs, mode = models.build("dscnnkws")
+    for accelerated in (False, True):
+        with arm_accel.enabled() if accelerated else arm_accel.disabled():
+            prepared = prepare_pt2e(export(model, inputs), models.quantizer(mode))
+            prepared(*inputs)
+            torch.export.export(convert_pt2e(prepared), inputs, strict=True)
+    counters.reset()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "what", nargs="?", default="phase", choices=["phase", "search", "calibrate"]
+    )
+    parser.add_argument("--model", default=models.DEFAULT_MODEL)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1])
+    parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    args = parser.parse_args()
+    if not args.no_warmup:
+        warm_up()
+    args.batches_list = args.batches
+    args.batches = args.batches[0]
+    {"phase": cmd_phase, "search": cmd_search, "calibrate": cmd_calibrate}[args.what](args)
+    print(
+        "stats:",
+        {
+            k: (v.calls, v.accelerated, dict(v.fallbacks))
+            for k, v in counters.snapshot().items()
+            if k.startswith("quantize.")
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

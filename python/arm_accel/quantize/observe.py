@@ -1,0 +1,338 @@
+"""``HistogramObserver.forward`` and ``_upscale_histogram`` (calibration) with their per-batch
+work in Rust.
+
+Every calibration batch goes through each activation observer's ``forward``: ``aminmax`` of
+the batch, a dozen 0-dim tensor operations deciding the path, ``torch.histc`` of the batch
+(which enters a parallel region from 200 elements on: on a busy machine each call waits for
+a descheduled thread, milliseconds), and the histogram update. Once calibration has seen a
+few batches most batches stay inside the observed range, where stock's ``forward`` adds
+``torch.histc(x, bins, min_val, max_val)`` to the histogram and changes nothing else.
+
+:func:`forward` takes that path natively (``rust/quantize/observe.rs``): one pass checks that
+every value is finite and inside ``[min_val, max_val]``, a second counts the values as
+``histc`` does, with the bin edges ``histc`` uses (``torch.linspace``'s own first and last edge,
+cached per range), and the sums are written into the histogram with stock's own last two calls
+(``detach_().resize_()``, ``copy_``). Any other batch (the first one, or one widening the
+range) runs stock's ``forward`` statement for statement (:func:`observe`) with its
+``torch.histc`` native (the first batch's ``reset_histogram`` inlined where it is the source
+modelled); infinities, NaN and empty ranges run stock's ``forward`` itself.
+
+When the range grows stock's ``forward`` runs, and its ``_upscale_histogram`` (the old
+histogram re-bucketed into the new range: 32768 binary searches and a weighted ``bincount``)
+is :func:`upscale_histogram`: stock's code with ``bucketize`` and ``bincount`` native, the
+``linspace`` calls torch's own (their values depend on torch's vector width and threads).
+
+Both are the patch table's ``quantize.observe`` rows (pinned to the source digests of the
+methods read, torchao 0.18, and the C++ kernels read on torch 2.13), honour
+``switch.is_enabled()`` per call and are counted in ``arm_accel.stats()``
+(:data:`FORWARD_STATS_NAME`, :data:`UPSCALE_STATS_NAME`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+from arm_accel import _native
+from arm_accel.quantize.patch import native, run_accelerated
+
+#: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
+#: re-bucketed histogram.
+FORWARD_STATS_NAME = "quantize.histogram_forward"
+UPSCALE_STATS_NAME = "quantize.histogram_upscale"
+#: The patch table's model of ``reset_histogram``, which :func:`observe` inlines.
+RESET_MODEL = "torchao.histogram_reset"
+
+#: ``torch.linspace(lo, hi, steps)``'s first and last float32 values per (lo, hi, steps): the
+#: edges ``histc`` bins with. Bounded: cleared when full.
+_edges: dict[tuple[float, float, int], tuple[float, float]] = {}
+_EDGES_MAX = 65536
+
+
+def _plain_float32(t: Any) -> bool:
+    return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_cpu
+
+
+def _modes_active() -> bool:
+    return (
+        bool(torch._C._len_torch_function_stack())
+        or bool(torch._C._len_torch_dispatch_stack())
+        or is_in_torch_dispatch_mode()
+        or torch.compiler.is_compiling()
+    )
+
+
+def _state(observer: Any) -> tuple[Any, Any, Any] | None:
+    """The observer's ``histogram``, ``min_val`` and ``max_val`` buffers as attribute lookup
+    finds them (from ``_buffers``, none shadowed in the instance dict), or None."""
+    buffers = vars(observer).get("_buffers")
+    if buffers is None:
+        return None
+    state = buffers.get("histogram"), buffers.get("min_val"), buffers.get("max_val")
+    if any(t is None for t in state) or not vars(observer).keys().isdisjoint(_STATE):
+        return None
+    return state
+
+
+_STATE = ("histogram", "min_val", "max_val")
+
+
+def forward_decline_reason(observer: Any, x: Any) -> str | None:
+    """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
+    if not _plain_float32(x) or x.numel() == 0:
+        return "input is not a non-empty float32 CPU tensor"
+    state = _state(observer)
+    bins = observer.bins
+    if state is None:
+        return "observer state is not in its buffers"
+    histogram, min_val, max_val = state
+    if not (
+        _plain_float32(histogram)
+        and histogram.dim() == 1
+        and histogram.is_contiguous()
+        and histogram.numel() == bins
+        and _plain_float32(min_val)
+        and _plain_float32(max_val)
+        and min_val.dim() == 0
+        and max_val.dim() == 0
+    ):
+        return "observer state is not float32 CPU tensors of the expected shapes"
+    if type(bins) is not int or not 0 < bins < 32768:
+        return "bins outside 1..32767"
+    if _modes_active():
+        return "a torch function or dispatch mode is active, or dynamo traces"
+    return None
+
+
+def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
+    """The first and last of the bin edges ``torch.histc(x, bins, lo, hi)`` makes."""
+    key = (lo, hi, bins)
+    found = _edges.get(key)
+    if found is None:
+        if len(_edges) >= _EDGES_MAX:
+            _edges.clear()
+        edges = torch.linspace(lo, hi, bins + 1, dtype=torch.float32)
+        found = _edges[key] = (edges[0].item(), edges[-1].item())
+    return found
+
+
+def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
+    """Stock's same-range ``forward`` of ``x_orig`` done natively; None when done, else why
+    not (nothing changed). The observer passed :func:`forward_decline_reason`."""
+    histogram, min_val, max_val = _state(observer)  # type: ignore[misc]
+    lo, hi = min_val.item(), max_val.item()
+    if not lo < hi or hi - lo == float("inf"):
+        # uninitialized (inf, -inf), one value seen, NaN or an infinite width: stock's paths
+        return "range empty, uninitialized or not finite"
+    left, right = _histc_edges(lo, hi, observer.bins)
+    # histc's counts do not depend on the order of the values: a flat view, or a copy
+    x = x_orig.detach().numpy().ravel()
+    combined = torch.empty_like(histogram)
+    outcome: str = native(
+        _native.histogram_observe,
+        x,
+        lo,
+        hi,
+        left,
+        right,
+        histogram.detach().numpy(),
+        combined.numpy(),
+    )
+    if outcome != "added":
+        return outcome
+    # stock's last two calls of this path
+    histogram.detach_().resize_(combined.shape)
+    histogram.copy_(combined)
+    return None
+
+
+def histc(x: Any, lo: float, hi: float, bins: int) -> torch.Tensor | str:
+    """``torch.histc(x, bins, min=lo, max=hi)`` of the flat float32 array ``x``, all of whose
+    values are finite and inside ``[lo, hi]``, ``lo < hi``; or why it is not modelled."""
+    if not lo < hi:
+        return "histc of an empty range (it widens it by the input's own extremes)"
+    left, right = _histc_edges(lo, hi, bins)
+    counts = torch.empty(bins, dtype=torch.float32)
+    zeros = np.zeros(bins, dtype=np.float32)
+    outcome: str = native(_native.histogram_observe, x, lo, hi, left, right, zeros, counts.numpy())
+    return counts if outcome == "added" else outcome
+
+
+def _reset_modelled(observer: Any) -> bool:
+    """``observer.reset_histogram`` is torchao's, the source modelled (``RESET_MODEL``)."""
+    from arm_accel import patches
+    from arm_accel.patches.sources import resolve
+
+    stock = vars(resolve("torchao.quantization.pt2e.observer:HistogramObserver"))["reset_histogram"]
+    return (
+        "reset_histogram" not in vars(observer)
+        and type(observer).reset_histogram is stock
+        and patches.holds(RESET_MODEL)
+    )
+
+
+def observe(observer: Any, x_orig: torch.Tensor) -> str | None:
+    """Stock's ``forward`` of ``x_orig`` with its ``torch.histc`` native: every other
+    operation is stock's, in stock's order (the first batch's ``reset_histogram`` inlined,
+    where it is the source modelled); None when done, else why not (nothing changed)."""
+    x = x_orig.detach()
+    x_min, x_max = torch.aminmax(x)
+    lo, hi = x_min.item(), x_max.item()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return "an infinite or NaN value"  # stock warns and drops infinities
+    flat = x.contiguous().view(-1).numpy()
+    bins = observer.bins
+    current_min, current_max = observer.min_val, observer.max_val
+    if observer.min_val == float("inf") or observer.max_val == float("-inf"):
+        if not _reset_modelled(observer):
+            return "reset_histogram is not the source modelled"
+        first = histc(flat, lo, hi, bins)
+        if isinstance(first, str):
+            return first
+        # reset_histogram(x, x_min, x_max)
+        observer.min_val.resize_(x_min.shape)
+        observer.min_val.copy_(x_min)
+        observer.max_val.resize_(x_max.shape)
+        observer.max_val.copy_(x_max)
+        assert x_min.numel() == 1 and x_max.numel() == 1, "histogram min/max values must be scalar."
+        observer.histogram.detach_().resize_(first.shape)
+        observer.histogram.copy_(first)
+        return None
+    new_min = torch.min(current_min, x_min)
+    new_max = torch.max(current_max, x_max)
+    new_min, new_max = new_min.detach(), new_max.detach()
+    update_histogram = histc(flat, new_min.item(), new_max.item(), bins)
+    if isinstance(update_histogram, str):
+        return update_histogram
+    if new_min == current_min and new_max == current_max:
+        combined_histogram = observer.histogram + update_histogram
+        observer.histogram.detach_().resize_(combined_histogram.shape)
+        observer.histogram.copy_(combined_histogram)
+    else:
+        combined_histogram = observer._combine_histograms(
+            observer.histogram, current_min, current_max, update_histogram, new_min, new_max
+        )
+        observer.histogram.detach_().resize_(combined_histogram.shape)
+        observer.histogram.copy_(combined_histogram)
+        observer.min_val.detach_().resize_(new_min.shape)
+        observer.min_val.copy_(new_min)
+        observer.max_val.detach_().resize_(new_max.shape)
+        observer.max_val.copy_(new_max)
+    return None
+
+
+def forward(stock: Any) -> Any:
+    """The ``forward`` the patch table installs: natively observed batches, else stock's."""
+
+    @functools.wraps(stock)
+    def observer_forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
+        def accelerated() -> tuple[bool, Any]:
+            # The lean same-range path first (most batches), else stock's forward with a
+            # native histc.
+            if observe_in_range(self, x_orig) is None:
+                return True, x_orig
+            reason = observe(self, x_orig)
+            return (True, x_orig) if reason is None else (False, reason)
+
+        return run_accelerated(  # type: ignore[no-any-return]
+            FORWARD_STATS_NAME,
+            lambda: forward_decline_reason(self, x_orig),
+            accelerated,
+            lambda: stock(self, x_orig),
+        )
+
+    return observer_forward
+
+
+def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str | None:
+    """Why ``observer._upscale_histogram`` runs stock's code (None: native bucketing)."""
+    if not (_plain_float32(histogram) and histogram.dim() == 1 and histogram.is_contiguous()):
+        return "histogram is not a contiguous 1-d float32 CPU tensor"
+    if not all(_plain_float32(b) and b.dim() == 0 for b in bounds):
+        return "range bounds are not 0-dim float32 CPU tensors"
+    bins, upsample = observer.bins, observer.upsample_rate
+    if not (isinstance(bins, int) and isinstance(upsample, int) and bins >= 1 and upsample >= 1):
+        return "bins or upsample_rate is not a positive int"
+    if histogram.numel() != bins:
+        return "histogram length is not bins"  # stock's bincount raises
+    if _modes_active():
+        return "a torch function or dispatch mode is active, or dynamo traces"
+    return None
+
+
+def upscale_histogram(
+    observer: Any,
+    histogram: torch.Tensor,
+    orig_min: torch.Tensor,
+    orig_max: torch.Tensor,
+    update_min: torch.Tensor,
+    update_max: torch.Tensor,
+) -> torch.Tensor:
+    """Stock's ``_upscale_histogram`` with its ``repeat_interleave``, ``bucketize`` and
+    ``bincount`` native; the mid points and boundaries are stock's expressions."""
+    from arm_accel import _native
+
+    bins, upsample = observer.bins, observer.upsample_rate
+    bin_size = (orig_max - orig_min) / (bins * upsample)
+    mid_points_histogram = (
+        torch.linspace(orig_min, orig_max, bins * upsample + 1, device=orig_min.device)[:-1].to(
+            histogram.device
+        )
+        + 0.5 * bin_size
+    )
+    boundaries_new_histogram = torch.linspace(
+        update_min, update_max, bins + 1, device=update_min.device
+    ).to(histogram.device)
+    update_histogram = torch.empty(bins, dtype=torch.float32)
+    native(
+        _native.histogram_upscale,
+        histogram.detach().numpy(),
+        upsample,
+        mid_points_histogram.numpy(),
+        boundaries_new_histogram.numpy(),
+        update_histogram.numpy(),
+    )
+    return update_histogram
+
+
+def upscale(stock: Any) -> Any:
+    """The ``_upscale_histogram`` the patch table installs: native bucketing, else stock's."""
+
+    @functools.wraps(stock)
+    def _upscale_histogram(
+        self: Any,
+        histogram: torch.Tensor,
+        orig_min: torch.Tensor,
+        orig_max: torch.Tensor,
+        update_min: torch.Tensor,
+        update_max: torch.Tensor,
+    ) -> torch.Tensor:
+        args = (histogram, orig_min, orig_max, update_min, update_max)
+        return run_accelerated(  # type: ignore[no-any-return]
+            UPSCALE_STATS_NAME,
+            lambda: upscale_decline_reason(self, *args),
+            lambda: (True, upscale_histogram(self, *args)),
+            lambda: stock(self, *args),
+        )
+
+    return _upscale_histogram
+
+
+__all__ = [
+    "FORWARD_STATS_NAME",
+    "RESET_MODEL",
+    "UPSCALE_STATS_NAME",
+    "forward",
+    "forward_decline_reason",
+    "histc",
+    "observe",
+    "observe_in_range",
+    "upscale",
+    "upscale_decline_reason",
+    "upscale_histogram",
+]

@@ -1,0 +1,64 @@
+"""What every replaced method of the quantization layer shares: native kernel calls told apart
+from stock's own code, and the per-call dispatch (switch, decline, fallback, counters). The
+methods are replaced by the patch table's ``quantize.*`` rows (``arm_accel.patches.table``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class NativeFailed(Exception):
+    """A native kernel raised: the call starts over with stock's method."""
+
+
+def native(kernel: Callable[..., Any], *args: Any) -> Any:
+    """``kernel(*args)``, its exceptions (bad input, a panic) raised as :class:`NativeFailed`
+    so that they are told apart from the exceptions of stock's own code around them."""
+    try:
+        return kernel(*args)
+    except Exception as exc:
+        raise NativeFailed(f"{getattr(kernel, '__name__', kernel)}: {exc!r}") from exc
+
+
+def run_accelerated(
+    stats_name: str,
+    decline: Callable[[], str | None],
+    accelerated: Callable[[], tuple[bool, Any]],
+    stock: Callable[[], Any],
+) -> Any:
+    """One call of a replaced method: with the switch on and nothing to decline,
+    ``accelerated()`` returns ``(True, result)``, or ``(False, why)`` to run ``stock()`` (what
+    it left unchanged: nothing); a :class:`NativeFailed` falls back to ``stock()`` (raises
+    under ``ARM_ACCEL_STRICT``). Counted in ``arm_accel.stats()`` under ``stats_name``;
+    exceptions of stock's own code inside the accelerated path propagate as stock's."""
+    import time
+
+    from arm_accel.control import counters, switch
+
+    t0 = time.perf_counter()
+    if switch.is_enabled():
+        reason = decline()
+        if reason is None:
+            fell_back = False
+            try:
+                done, value = accelerated()
+                if done:
+                    return value
+                fell_back = True
+                counters.record_decline(stats_name, value)
+            except NativeFailed as exc:
+                fell_back = True
+                if switch.strict():
+                    counters.record_fallback(stats_name, "strict: native kernel failed")
+                    raise
+                counters.record_fallback(stats_name, f"native kernel failed: {exc}")
+            finally:
+                if not fell_back:
+                    counters.record_call(stats_name, time.perf_counter() - t0, True)
+        else:
+            counters.record_decline(stats_name, reason)
+    try:
+        return stock()
+    finally:
+        counters.record_call(stats_name, time.perf_counter() - t0, False)

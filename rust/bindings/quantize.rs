@@ -1,0 +1,192 @@
+//! Bindings of the quantization kernels ([`crate::quantize`]).
+
+use numpy::PyReadwriteArray1;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use super::{checked_array, guarded, slice};
+use crate::quantize::error::{error_terms, Terms};
+use crate::quantize::histogram::{next_candidate, Walk};
+use crate::quantize::observe::{observe_in_range, upscale, Observed};
+
+/// A writeable 1-d C-contiguous float32 array, or a ValueError naming `label`.
+fn writeable<'py>(value: &Bound<'py, PyAny>, label: &str) -> PyResult<PyReadwriteArray1<'py, f32>> {
+    let arr: PyReadwriteArray1<'py, f32> = value.extract().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{label}: expected a writeable 1-d numpy array of float32"
+        ))
+    })?;
+    if arr.as_slice().is_err() {
+        return Err(PyValueError::new_err(format!(
+            "{label}: array must be C-contiguous"
+        )));
+    }
+    Ok(arr)
+}
+
+/// The next candidate of `HistogramObserver._non_linear_param_search`'s walk.
+///
+/// `csum` is the float32 cumulative histogram, `total` the histogram's sum as a Python float,
+/// the rest the walk's state. Returns `(alpha, beta, next_start_bin, next_end_bin)` for the
+/// first step that moves a bin, or None when the loop ends first.
+#[pyfunction]
+fn histogram_next_candidate(
+    py: Python<'_>,
+    csum: &Bound<'_, PyAny>,
+    total: f64,
+    alpha: f64,
+    beta: f64,
+    start_bin: usize,
+    end_bin: usize,
+) -> PyResult<Option<(f64, f64, usize, usize)>> {
+    guarded("histogram_next_candidate", || {
+        let csum = checked_array::<f32>(csum, "csum", "float32")?;
+        let csum = slice(&csum);
+        let walk = Walk {
+            alpha,
+            beta,
+            start_bin,
+            end_bin,
+        };
+        let found = py
+            .detach(|| next_candidate(csum, total, walk))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(found.map(|(w, s, e)| (w.alpha, w.beta, s, e)))
+    })
+}
+
+/// Stock's per-bin quantization error terms of the candidate `[start_bin, end_bin]` into
+/// `out` (float32, the histogram's length). Returns `"filled"`, `"zero"` (stock returns 0.0)
+/// or `"not modelled: <why>"` (`out` unspecified: compute the candidate with torch's method).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn histogram_error_terms(
+    py: Python<'_>,
+    hist: &Bound<'_, PyAny>,
+    min_val: f64,
+    max_val: f64,
+    dst_nbins: u32,
+    start_bin: usize,
+    end_bin: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("histogram_error_terms", || {
+        let hist = checked_array::<f32>(hist, "hist", "float32")?;
+        let hist = slice(&hist);
+        let mut out = writeable(out, "out")?;
+        let out = out
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if out.len() != hist.len() {
+            return Err(PyValueError::new_err(format!(
+                "out has {} elements, hist {}",
+                out.len(),
+                hist.len()
+            )));
+        }
+        if start_bin > end_bin || end_bin >= hist.len() || hist.len() >= 1 << 24 {
+            return Err(PyValueError::new_err(format!(
+                "bins out of range: start_bin {start_bin}, end_bin {end_bin}, {} bins",
+                hist.len()
+            )));
+        }
+        if dst_nbins == 0 {
+            return Err(PyValueError::new_err("dst_nbins must be positive"));
+        }
+        let terms =
+            py.detach(|| error_terms(hist, min_val, max_val, dst_nbins, start_bin, end_bin, out));
+        Ok(match terms {
+            Terms::Filled => "filled".to_string(),
+            Terms::Zero => "zero".to_string(),
+            Terms::NotModelled(why) => format!("not modelled: {why}"),
+        })
+    })
+}
+
+/// `HistogramObserver.forward`'s same-range path: the batch `x` counted as `torch.histc` with
+/// the edges `left`/`right` (`torch.linspace(min_val, max_val, bins + 1)`'s first and last
+/// values) and added to `hist` into `out`. Returns `"added"`, or `"not modelled: <why>"` (a
+/// value outside `[min_val, max_val]` or not finite: `out` untouched).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn histogram_observe(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    min_val: f32,
+    max_val: f32,
+    left: f32,
+    right: f32,
+    hist: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("histogram_observe", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let x = slice(&x);
+        let hist = checked_array::<f32>(hist, "hist", "float32")?;
+        let hist = slice(&hist);
+        let mut out = writeable(out, "out")?;
+        let out = out
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if out.len() != hist.len() || hist.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "out has {} elements, hist {} (must be equal, not zero)",
+                out.len(),
+                hist.len()
+            )));
+        }
+        if !(left < right && (right - left).is_finite()) {
+            return Ok("not modelled: bin edges are not a finite increasing range".to_string());
+        }
+        let observed = py.detach(|| observe_in_range(x, min_val, max_val, left, right, hist, out));
+        Ok(match observed {
+            Observed::Added => "added".to_string(),
+            Observed::NotModelled(why) => format!("not modelled: {why}"),
+        })
+    })
+}
+
+/// `HistogramObserver._upscale_histogram`'s bucketing and sum into `out` (float32, `bins`):
+/// `hist` repeated `upsample` times over `upsample`, bucketed by
+/// `torch.bucketize(mids, boundaries, right=True) - 1` clamped to the bins, summed per bucket
+/// in order as `torch.bincount`.
+#[pyfunction]
+fn histogram_upscale(
+    py: Python<'_>,
+    hist: &Bound<'_, PyAny>,
+    upsample: usize,
+    mids: &Bound<'_, PyAny>,
+    boundaries: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    guarded("histogram_upscale", || {
+        let hist = checked_array::<f32>(hist, "hist", "float32")?;
+        let hist = slice(&hist);
+        let mids = checked_array::<f32>(mids, "mids", "float32")?;
+        let mids = slice(&mids);
+        let boundaries = checked_array::<f32>(boundaries, "boundaries", "float32")?;
+        let boundaries = slice(&boundaries);
+        let mut out = writeable(out, "out")?;
+        let out = out
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if upsample == 0 || hist.len().checked_mul(upsample) != Some(mids.len()) || out.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "{} mids for {} bins upsampled {upsample} times, {} output bins",
+                mids.len(),
+                hist.len(),
+                out.len()
+            )));
+        }
+        py.detach(|| upscale(hist, upsample, mids, boundaries, out));
+        Ok(())
+    })
+}
+
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(histogram_next_candidate, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_error_terms, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_observe, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_upscale, m)?)?;
+    Ok(())
+}

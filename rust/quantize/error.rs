@@ -1,0 +1,235 @@
+//! The per-bin terms of `HistogramObserver._compute_quantization_error` (torchao 0.18), as
+//! torch computes them, so that torch's own `norm.sum()` of them is stock's error bit for bit.
+//!
+//! Stock evaluates, for a candidate `[start_bin, end_bin]`, a chain of elementwise float32
+//! tensor operations over the histogram's bins and sums the result. Every step is an IEEE
+//! float32 operation on float32 values: Python floats meeting a float32 tensor are cast to
+//! float32 first (type promotion), the int64 bin offsets are cast exactly (|offset| < 2^24),
+//! torch's CPU kernels compute `a + b`, `a - b` (an fma with alpha ±1: exact products), `a * b`
+//! and `a / b` with one rounding each. [`error_terms`] performs the same operations in the
+//! same order on the same values, so each term is the same float32.
+//!
+//! The two non-IEEE steps:
+//! - `torch.div(x, dst_bin_width, rounding_mode="floor")`: c10's `div_floor_floating`
+//!   (fmod, then `(a - mod) / b` corrected and rounded to an integer). For a finite `a`, a
+//!   finite `b > 0` and `|a / b| < 2^20` it returns the exact `floor(a / b)`: `(a - mod) / b` is
+//!   within `|n| * 2^-23 < 1/8` of the integer `n = trunc(a / b)`, the "-1 when the remainder's
+//!   sign differs" step and the final "floor, +1 above .5" round it to exactly `n` (a >= 0 or a
+//!   remainder of zero) or `n - 1` (a < 0 with a remainder). [`floor_div`] computes that exact
+//!   floor with an exact f64 check (products of a < 2^21 integer and a float32 are exact in
+//!   f64) and declines outside that domain. The sign of a zero quotient is not modelled: the
+//!   quotient only enters `(q + 0.5) * w`, `q * w + h` (h > 0) and `q1 - q0 - 1`, where a zero's
+//!   sign cannot show.
+//! - `torch.clamp(q, 0, dst_nbins - 1)`: `min(max(q, 0), dst_nbins - 1)` on finite values.
+//!
+//! A candidate outside that domain (a non-finite bin width or bin edge, a quotient of 2^20 or
+//! more, a NaN term: NaN payloads depend on operand order) is [`Terms::NotModelled`]: the
+//! caller computes it with torch's own method.
+
+/// What [`error_terms`] did for one candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Terms {
+    /// Stock returns `0.0` before computing anything (`dst_bin_width == 0.0`).
+    Zero,
+    /// `out` holds stock's `norm` tensor, term for term: its torch sum is stock's error.
+    Filled,
+    /// Outside the modelled domain (the reason): the caller runs stock's computation.
+    NotModelled(&'static str),
+}
+
+/// Quotients at or above this magnitude are not modelled (see the module docs).
+const QUOTIENT_LIMIT: f64 = 1_048_576.0; // 2^20
+
+/// Exact `floor(a / b)` for finite `a`, finite `b > 0`, `|a / b| < 2^20`, which is what torch's
+/// `div_floor_floating(a, b)` returns there; None outside that domain.
+pub fn floor_div(a: f32, b: f32) -> Option<f32> {
+    if !b.is_finite() || b <= 0.0 {
+        return None;
+    }
+    let (q, modelled) = floor_div_flagged(a, f64::from(b));
+    modelled.then_some(q)
+}
+
+/// [`floor_div`] for a divisor already known finite and positive, without branches (the
+/// terms loop stays vectorizable): the quotient, and whether `a` is inside the domain (else
+/// the quotient is meaningless).
+#[inline(always)]
+fn floor_div_flagged(a: f32, b: f64) -> (f32, bool) {
+    let a = f64::from(a);
+    let q = a / b;
+    let modelled = a.is_finite() & (q.abs() < QUOTIENT_LIMIT - 1.0);
+    // floor(q) by truncation (|q| < 2^20 here), without libm's floor
+    let t = q as i64 as f64;
+    let f = t - f64::from(u8::from(t > q));
+    // f * b and (f + 1) * b are exact: |f| < 2^20, b has a 24-bit significand.
+    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
+    (f as f32, modelled)
+}
+
+/// C++ `std::min(std::max(a, lo), hi)`, torch's scalar clamp (finite values here).
+fn clamp(a: f32, lo: f32, hi: f32) -> f32 {
+    let m = if a < lo { lo } else { a };
+    if hi < m {
+        hi
+    } else {
+        m
+    }
+}
+
+/// `_get_norm`'s `(end^3 - begin^3) / 3`, each product rounded as torch's tensor ops round.
+fn cube_difference(begin: f32, end: f32) -> f32 {
+    (end * end * end - begin * begin * begin) / 3.0
+}
+
+/// Stock's `norm` tensor for the candidate `[start_bin, end_bin]` into `out` (one term per
+/// bin), from the histogram, `min_val.item()`, `max_val.item()` and `dst_nbins`.
+///
+/// `hist` and `out` have the same length (stock's `bins`), `start_bin <= end_bin < bins`,
+/// `bins < 2^24` (the caller checks).
+pub fn error_terms(
+    hist: &[f32],
+    min_val: f64,
+    max_val: f64,
+    dst_nbins: u32,
+    start_bin: usize,
+    end_bin: usize,
+    out: &mut [f32],
+) -> Terms {
+    let bins = hist.len();
+    // Python floats, as stock computes them.
+    let bin_width = (max_val - min_val) / bins as f64;
+    let dst_bin_width = bin_width * (end_bin - start_bin + 1) as f64 / f64::from(dst_nbins);
+    if dst_bin_width == 0.0 {
+        return Terms::Zero;
+    }
+    // The float32 values those Python floats become in the tensor operations.
+    let w = bin_width as f32;
+    let dw = dst_bin_width as f32;
+    let half = (dst_bin_width / 2.0) as f32;
+    let top = (dst_nbins - 1) as f32;
+    if !w.is_finite() {
+        return Terms::NotModelled("bin width not finite in float32");
+    }
+    if !(dw.is_finite() && dw > 0.0) {
+        return Terms::NotModelled("destination bin width not a positive float32");
+    }
+    let dw64 = f64::from(dw);
+    // The middle term's factor: `_get_norm(tensor(-dw/2), tensor(dw/2), density)`'s scalar.
+    let middle = cube_difference(-half, half);
+    let mut nan = false;
+    let mut modelled = true;
+    for (i, (&h, o)) in hist.iter().zip(out.iter_mut()).enumerate() {
+        // (src_bin - next_start_bin) * bin_width: an int64 offset cast to float32.
+        let begin = (i as i64 - start_bin as i64) as f32 * w;
+        let end = begin + w;
+        let (q_begin, begin_modelled) = floor_div_flagged(begin, dw64);
+        let (q_end, end_modelled) = floor_div_flagged(end, dw64);
+        modelled &= begin_modelled & end_modelled;
+        let first = clamp(q_begin, 0.0, top);
+        let last = clamp(q_end, 0.0, top);
+        let density = h / w;
+        let first_center = (first + 0.5) * dw;
+        let mut norm = 0.0f32 + density * cube_difference(begin - first_center, half);
+        norm += (last - first - 1.0) * (density * middle);
+        let last_center = last * dw + half;
+        norm += density * cube_difference(-half, end - last_center);
+        nan |= norm.is_nan();
+        *o = norm;
+    }
+    if !modelled {
+        return Terms::NotModelled("bin edge quotient outside the modelled domain");
+    }
+    if nan {
+        return Terms::NotModelled("a term is NaN");
+    }
+    Terms::Filled
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// c10's `div_floor_floating` (c10/util/generic_math.h), transcribed.
+    fn c10_div_floor(a: f32, b: f32) -> f32 {
+        if b == 0.0 {
+            return a / b;
+        }
+        let m = a % b; // fmod
+        let mut div = (a - m) / b;
+        if m != 0.0 && ((b < 0.0) != (m < 0.0)) {
+            div -= 1.0;
+        }
+        if div != 0.0 {
+            let mut f = div.floor();
+            if div - f > 0.5 {
+                f += 1.0;
+            }
+            f
+        } else {
+            0.0f32.copysign(a / b)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20000, ..ProptestConfig::default() })]
+
+        /// The exact floor equals c10's algorithm wherever it does not decline.
+        #[test]
+        fn floor_div_is_c10s(a in any::<f32>(), b in any::<f32>()) {
+            if let Some(f) = floor_div(a, b) {
+                prop_assert_eq!(f, c10_div_floor(a, b), "a={:e} b={:e}", a, b);
+            }
+        }
+
+        /// Same, on the quotients histograms make: bin offsets times a width, over a
+        /// destination width.
+        #[test]
+        fn floor_div_on_bin_edges(offset in -2048i32..2048, w in 1e-30f32..1e30,
+                                  k in 1u32..2049, dst in prop::sample::select(vec![256u32, 65536])) {
+            let a = offset as f32 * w;
+            let b = (f64::from(w) * f64::from(k) / f64::from(dst)) as f32;
+            for a in [a, a + w] {
+                if let Some(f) = floor_div(a, b) {
+                    prop_assert_eq!(f, c10_div_floor(a, b), "a={:e} b={:e}", a, b);
+                }
+            }
+        }
+
+        /// Same, next to integer quotients: `a` within two ulps of `n * b`.
+        #[test]
+        fn floor_div_near_integers(n in -1_048_000i32..1_048_000, b in 1e-30f32..1e30,
+                                   nudge in -2i32..=2) {
+            let a = (f64::from(n) * f64::from(b)) as f32;
+            let a = f32::from_bits((a.to_bits() as i32 + nudge) as u32);
+            if let Some(f) = floor_div(a, b) {
+                prop_assert_eq!(f, c10_div_floor(a, b), "a={:e} b={:e}", a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn floor_div_declines_outside_its_domain() {
+        assert_eq!(floor_div(f32::INFINITY, 1.0), None);
+        assert_eq!(floor_div(1.0, 0.0), None);
+        assert_eq!(floor_div(1.0, -1.0), None);
+        assert_eq!(floor_div(2e6, 1.0), None);
+        assert_eq!(floor_div(-7.0, 2.0), Some(-4.0));
+    }
+
+    #[test]
+    fn zero_width_is_zero() {
+        let mut out = [0f32; 4];
+        assert_eq!(
+            error_terms(&[1.0; 4], 1.0, 1.0, 256, 0, 3, &mut out),
+            Terms::Zero
+        );
+    }
+
+    #[test]
+    fn infinite_range_is_not_modelled() {
+        let mut out = [0f32; 4];
+        let got = error_terms(&[1.0; 4], -3e38, 3e38, 256, 0, 3, &mut out);
+        assert!(matches!(got, Terms::NotModelled(_)), "{got:?}");
+    }
+}

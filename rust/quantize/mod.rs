@@ -1,0 +1,6 @@
+//! Kernels of the quantization flow (torchao's pt2e observers), modelled on torch's own
+//! arithmetic so their results are bit-identical to stock's.
+
+pub mod error;
+pub mod histogram;
+pub mod observe;

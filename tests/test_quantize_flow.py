@@ -1,0 +1,165 @@
+"""A user's quantization script (export, the Arm quantizer, ``prepare_pt2e``, calibration,
+``convert_pt2e``, re-export) accelerated against stock, on a zoo model."""
+
+from __future__ import annotations
+
+import copy
+import re
+import struct
+from typing import Any
+
+import arm_accel
+import pytest
+import torch
+from arm_accel.control import counters
+from arm_accel.quantize import annotation, observe
+from arm_accel.quantize import histogram as qh
+from arm_accel.tools import models
+from arm_accel.tools.program_compare import graph_differences, program_differences
+from torch import fx
+from torchao.quantization.pt2e.observer import ObserverBase
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+pytest.importorskip("executorch.backends.arm.quantizer")
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+QDQ = (
+    "quantize_per_tensor",
+    "dequantize_per_tensor",
+    "quantize_per_channel",
+    "dequantize_per_channel",
+)
+
+
+def _bits(value: Any) -> Any:
+    """A bit-exact comparable form: tensors by dtype, shape and bytes, floats by their bytes."""
+    if isinstance(value, torch.Tensor):
+        return (
+            "tensor",
+            value.dtype,
+            tuple(value.shape),
+            value.detach().contiguous().numpy().tobytes(),
+        )
+    if isinstance(value, float):
+        return ("float", struct.pack("d", value))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_bits(v) for v in value))
+    if isinstance(value, fx.Node):
+        return ("node", value.name)
+    return value
+
+
+def _quantize(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str
+) -> tuple[fx.GraphModule, list[Any], fx.GraphModule, Any]:
+    """The prepared module (a copy, before calibration), the observers' qparams after
+    calibration, the converted module and its re-export."""
+    torch.manual_seed(0)
+    quantizer = models.quantizer(mode)
+    graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    prepared = prepare_pt2e(graph, quantizer)
+    prepared_copy = copy.deepcopy(prepared)
+    for batch in _calibration(inputs, 4):
+        prepared(*batch)
+    qparams = [
+        (n, type(m).__name__, _bits(m.calculate_qparams()))
+        for n, m in prepared.named_modules()
+        if isinstance(m, ObserverBase)
+    ]
+    converted = convert_pt2e(prepared)
+    return prepared_copy, qparams, converted, torch.export.export(converted, inputs, strict=True)
+
+
+def _calibration(inputs: tuple[torch.Tensor, ...], n: int) -> list[tuple[torch.Tensor, ...]]:
+    """``n`` calibration batches: the example inputs, then seeded random ones like them
+    (scaled differently, so that observed ranges grow and stay)."""
+    g = torch.Generator().manual_seed(1)
+    out = [inputs]
+    for i in range(1, n):
+        scale = (0.5, 1.5, 1.0)[i % 3]
+        out.append(tuple(torch.randn(t.shape, generator=g) * scale for t in inputs))
+    return out
+
+
+def _qdq(gm: fx.GraphModule) -> list[Any]:
+    """Every quantize/dequantize node with its arguments bit for bit (scales, zero points)."""
+    return [
+        (n.name, str(n.target), _bits(n.args), _bits(dict(n.kwargs)))
+        for n in gm.graph.nodes
+        if n.op == "call_function" and any(q in str(n.target) for q in QDQ)
+    ]
+
+
+def _graph_differences(a: fx.GraphModule, b: fx.GraphModule) -> list[str]:
+    """``graph_differences`` with the quantizer's annotations compared by ``repr`` (without
+    addresses): they key their specs by node objects (printed by name), which differ between
+    the two graphs, and hold a closure made per quantizer."""
+    key = "quantization_annotation"
+    out = []
+    for x, y in zip(a.graph.nodes, b.graph.nodes, strict=True):
+        if _ADDRESS.sub("", repr(x.meta.get(key))) != _ADDRESS.sub("", repr(y.meta.get(key))):
+            out.append(f"{x.name}: {key} differs")
+    stripped = []
+    for gm in (a, b):
+        copy = fx.GraphModule(gm, copy_graph(gm.graph))
+        for n in copy.graph.nodes:
+            n.meta.pop(key, None)
+        stripped.append(copy)
+    return out + graph_differences(*stripped, separately_exported=True)
+
+
+def copy_graph(graph: fx.Graph) -> fx.Graph:
+    """A copy of ``graph`` with node names kept and each node's meta copied (shallow)."""
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for n in graph.nodes:
+        env[n] = new.node_copy(n, lambda m: env[m])
+        env[n].meta = dict(n.meta)
+    return new
+
+
+def _state(gm: fx.GraphModule) -> list[Any]:
+    return [(k, _bits(v)) for k, v in gm.state_dict().items()]
+
+
+def test_quantized_program_identical() -> None:
+    """DS-CNN quantized with ``TOSAQuantizer`` stock (acceleration off) and accelerated, four
+    calibration batches: the prepared module (graph, names, meta, code), every observer's
+    qparams after calibration, the converted module
+    (graph, names, meta, q/dq nodes' scales and zero points bit for bit, folded constants) and
+    the re-exported program are identical, and the annotation pipeline, the parameter search,
+    the observers' forward and the histogram upscale ran accelerated."""
+    model, inputs, mode = models.build("dscnnkws")  # one model: its modules' ids are in meta
+    with arm_accel.disabled():
+        stock_p, stock_q, stock, stock_ep = _quantize(model, inputs, mode)
+    snapshot = counters.snapshot()
+    before = snapshot.get(qh.STATS_NAME)
+    ours_p, ours_q, ours, ours_ep = _quantize(model, inputs, mode)
+    after = counters.snapshot()[qh.STATS_NAME]
+    for name in (
+        observe.FORWARD_STATS_NAME,
+        observe.UPSCALE_STATS_NAME,
+        annotation.STATS_NAME,
+    ):
+        ran = counters.snapshot()[name].accelerated
+        assert ran > (snapshot[name].accelerated if name in snapshot else 0), name
+
+    assert _graph_differences(stock_p, ours_p) == []
+    assert stock_p.code == ours_p.code
+    assert ours_q == stock_q
+    assert any(kind == "HistogramObserver" for _, kind, _ in ours_q)
+    assert _graph_differences(stock, ours) == []
+    assert _qdq(ours) == _qdq(stock) and _qdq(ours)
+    assert _state(ours) == _state(stock)
+    assert program_differences(stock_ep, ours_ep, separately_exported=True) == []
+    for table in ("state_dict", "constants"):
+        ours_t, stock_t = getattr(ours_ep, table), getattr(stock_ep, table)
+        assert [(k, _bits(v)) for k, v in ours_t.items()] == [
+            (k, _bits(v)) for k, v in stock_t.items()
+        ], table
+    # Every search ran accelerated: once per HistogramObserver for the qparams above, and in
+    # convert_pt2e (again for each observer a bias's qparams derive from).
+    histograms = sum(kind == "HistogramObserver" for _, kind, _ in ours_q)
+    accelerated = after.accelerated - (before.accelerated if before else 0)
+    assert accelerated == after.calls - (before.calls if before else 0)
+    assert accelerated >= 2 * histograms

@@ -1,0 +1,356 @@
+"""``HistogramObserver._non_linear_param_search`` accelerated (``arm_accel.quantize.histogram``)
+against torchao's own, on generated histograms and on a real Arm quantization."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import arm_accel
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import numpy as np
+import pytest
+import torch
+from arm_accel import patches
+from arm_accel.control import counters
+from arm_accel.quantize import histogram as qh
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from torchao.quantization.pt2e.observer import HistogramObserver
+
+# CI runs a short derandomized subset on histograms whose stock walk is short (stock's loop
+# costs ~15 us a step, and sparse or degenerate histograms take all its 10^5 steps: ~1.5 s
+# each); ``ARM_ACCEL_FUZZ=long`` runs many random examples including sparse histograms and NaN
+# bins (``ARM_ACCEL_FUZZ_EXAMPLES=N`` sets how many).
+LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
+FUZZ = settings(
+    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "400")) if LONG else 12,
+    derandomize=not LONG,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+# Candidates cost a few error computations each (no walk): many more examples.
+FUZZ_CANDIDATES = settings(FUZZ, max_examples=FUZZ.max_examples * 8)
+
+# (dtype, qscheme, quant_min, quant_max): the Arm configs' int8 and int16 activations, and
+# torchao's default.
+CONFIGS = (
+    (torch.int8, torch.per_tensor_symmetric, -128, 127),
+    (torch.int16, torch.per_tensor_symmetric, -32767, 32767),
+    (torch.quint8, torch.per_tensor_affine, None, None),
+)
+
+
+@pytest.fixture(autouse=True)
+def _installed() -> None:
+    assert patches.installed("quantize.search"), [
+        s for s in patches.states() if s.group == "quantize.search"
+    ]
+
+
+def _outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", value) or ("raised", (type, message)): what stock and ours are compared on."""
+    try:
+        return "ok", fn()
+    except Exception as exc:
+        return "raised", (type(exc), str(exc))
+
+
+def _bits(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.dtype, tuple(t.shape), t.detach().numpy().tobytes())
+
+
+def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
+    if a[0] != b[0]:
+        return False
+    if a[0] == "raised":
+        return bool(a[1] == b[1])
+    return [_bits(t) for t in a[1]] == [_bits(t) for t in b[1]]
+
+
+def _qparams_and_search(obs: HistogramObserver) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    """``calculate_qparams()``'s outcome and the (min, max) its search returned."""
+    found: list[tuple[str, Any]] = []
+    method = type(obs)._non_linear_param_search
+
+    def recorded() -> Any:
+        found.append(_outcome(lambda: method(obs)))
+        if found[-1][0] == "raised":
+            raise RuntimeError("search raised")
+        return found[-1][1]
+
+    obs._non_linear_param_search = recorded  # type: ignore[method-assign]
+    try:
+        qparams = _outcome(obs.calculate_qparams)
+    finally:
+        del obs._non_linear_param_search
+    assert len(found) == 1
+    return qparams, found[0]
+
+
+def _assert_search_identical(obs: HistogramObserver) -> None:
+    """Stock's search (acceleration off) and ours give bit-identical (min, max) and
+    ``calculate_qparams()``, or raise the same; and ours ran accelerated."""
+    with arm_accel.disabled():
+        stock_q, stock = _qparams_and_search(obs)
+    before = counters.snapshot().get(qh.STATS_NAME)
+    ours_q, ours = _qparams_and_search(obs)
+    after = counters.snapshot()[qh.STATS_NAME]
+    assert _same(stock, ours), (stock, ours)
+    assert _same(stock_q, ours_q), (stock_q, ours_q)
+    assert after.accelerated - (before.accelerated if before else 0) == 1
+
+
+def _samples(kind: str, scale: float, offset: float, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if kind == "normal":
+        x = torch.randn(n, generator=g)
+    elif kind == "uniform":
+        x = torch.rand(n, generator=g)
+    elif kind == "heavy":  # Student t with one degree of freedom (Cauchy): far outliers
+        x = torch.tan(math.pi * (torch.rand(n, generator=g) - 0.5))
+    elif kind == "spike":  # most values at one point, a few elsewhere
+        x = torch.zeros(n)
+        x[torch.randint(0, n, (3,), generator=g)] = torch.randn(3, generator=g)
+    elif kind == "constant":
+        x = torch.full((n,), 1.0)
+    else:
+        x = torch.zeros(n)
+    return (x * scale + offset).to(torch.float32)
+
+
+def _observer(config: tuple[Any, ...], bins: int) -> HistogramObserver:
+    dtype, qscheme, qmin, qmax = config
+    return HistogramObserver(
+        bins=bins, dtype=dtype, qscheme=qscheme, quant_min=qmin, quant_max=qmax
+    )
+
+
+# Stock's walk takes all its ~10^5 steps (~1-2 s) wherever the error stops rising: sparse
+# histograms, constant errors (empty, tiny or huge ranges: zero, underflowing or infinite
+# errors), flat counts, infinite or NaN totals. CI draws what walks briefly; long runs draw
+# everything. The candidate test covers the degenerate ranges' arithmetic in CI.
+SCALES = [1e-6, 1.0, 1e3] + ([1e-30, 1e12, 1e30] if LONG else [])
+SPREADS = [(0.0, 1.0), (-7.0, 1e9), (-1e-3, 1e-3)]
+DEGENERATE_SPREADS = [(5.0, 5.0), (-1e-30, 1e-30), (-1e30, 1e30), (-3e38, 3e38)]
+
+
+def _batches(scales: list[float], min_n: int) -> st.SearchStrategy[list[tuple[Any, ...]]]:
+    return st.lists(
+        st.tuples(
+            st.sampled_from(["normal", "uniform", "heavy", "spike", "constant", "zeros"]),
+            st.sampled_from(scales),
+            st.sampled_from([0.0, 1.0, -50.0, 1e6]),
+            st.integers(min_n, 4000),
+            st.integers(0, 2**16),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+
+
+def _forward_observer(
+    data: list[tuple[Any, ...]], bins: int, upsample: int, config: tuple[Any, ...]
+) -> HistogramObserver:
+    """An observer fed ``data``'s batches through its own ``forward``."""
+    obs = _observer(config, bins)
+    obs.upsample_rate = upsample
+    for kind, scale, offset, n, seed in data:
+        obs(_samples(kind, scale, offset, n, seed))
+    return obs
+
+
+@FUZZ
+@given(
+    data=_batches(SCALES, 1 if LONG else 1000),
+    bins=st.sampled_from([256, 2048, 1, 2, 37]),
+    upsample=st.sampled_from([1, 4, 16, 128]),
+    config=st.sampled_from(CONFIGS),
+)
+def test_search_identical_after_forward(
+    data: list[tuple[Any, ...]], bins: int, upsample: int, config: tuple[Any, ...]
+) -> None:
+    """Observers fed generated batches (normal, uniform, heavy-tailed, a spike, constant, zero;
+    scales, offsets; several upsample rates) through their own ``forward``: stock's search and
+    ours give bit-identical (min, max) and ``calculate_qparams``, or the same exception."""
+    _assert_search_identical(_forward_observer(data, bins, upsample, config))
+
+
+# Float32 limits (subnormal, largest finite), a negative count; in long runs infinity and NaN
+# too (CI covers them in test_search_identical_on_degenerate_histograms).
+SPECIALS = [0.0, 1.0, 1e-45, 1e-38, 3e38, -1.0] + ([math.inf, math.nan] if LONG else [])
+COUNTS = ["exponential", "lognormal"] + (["uniform", "integers"] if LONG else [])
+
+
+def _raw_observer(
+    counts: str,
+    density: float,
+    specials: list[float],
+    bins: int,
+    spread: tuple[float, float],
+    seed: int,
+    config: tuple[Any, ...],
+) -> HistogramObserver:
+    """An observer whose histogram and range are written directly: random counts on a share
+    of the bins, ``specials`` scattered over them."""
+    obs = _observer(config, bins)
+    rng = np.random.default_rng(seed)
+    draw = {
+        "uniform": lambda: rng.uniform(0, 1e3, bins),
+        "exponential": lambda: rng.exponential(10.0, bins),
+        "lognormal": lambda: rng.lognormal(0.0, 8.0 if LONG else 2.0, bins),
+        "integers": lambda: rng.integers(0, 50, bins),
+    }[counts]
+    hist = (draw() * (rng.random(bins) < density)).astype(np.float32)
+    hist[rng.integers(0, bins, len(specials))] = np.array(specials, dtype=np.float32)
+    obs.histogram.copy_(torch.from_numpy(hist))
+    obs.min_val.fill_(spread[0])
+    obs.max_val.fill_(spread[1])
+    return obs
+
+
+raw_histograms = st.builds(
+    _raw_observer,
+    counts=st.sampled_from(COUNTS),
+    density=st.sampled_from([1.0, 0.5] + ([0.01, 0.001] if LONG else [])),
+    specials=st.lists(st.sampled_from(SPECIALS), max_size=8),
+    bins=st.sampled_from([256, 2048]),
+    spread=st.sampled_from(SPREADS + (DEGENERATE_SPREADS if LONG else [])),
+    seed=st.integers(0, 2**16),
+    config=st.sampled_from(CONFIGS),
+)
+
+
+@FUZZ
+@given(obs=raw_histograms)
+def test_search_identical_on_raw_histograms(obs: HistogramObserver) -> None:
+    """Histograms written directly: random counts (exponential, lognormal over decades; in long
+    runs also flat and sparse ones) with values near float32 limits (huge totals), negative
+    counts, and in long runs infinite and NaN bins and overflowing totals: stock's search and
+    ours agree bit for bit or raise the same."""
+    if not LONG:  # an overflowing total: stock walks all its steps
+        assume(math.isfinite(torch.sum(obs.histogram).item()))
+    _assert_search_identical(obs)
+
+
+@pytest.mark.parametrize("fill", [0.0, math.nan, math.inf])
+def test_search_identical_on_degenerate_histograms(fill: float) -> None:
+    """An all-zero histogram, and ones with a NaN or an infinite bin (NaN or infinite total
+    and cumulative sums): bins soon stop moving and stock walks every step; ours gives the
+    same (min, max) and qparams."""
+    obs = _observer(CONFIGS[0], 256)
+    hist = torch.zeros(256) if fill == 0.0 else torch.tensor([1.0, 2.0, fill, 3.0] * 64)
+    obs.histogram.copy_(hist)
+    obs.min_val.fill_(-1.0)
+    obs.max_val.fill_(1.0)
+    _assert_search_identical(obs)
+
+
+every_observer = st.one_of(
+    st.builds(
+        _forward_observer,
+        data=_batches(SCALES + [1e-30, 1e12, 1e30], 1),
+        bins=st.just(2048),
+        upsample=st.sampled_from([1, 16]),
+        config=st.sampled_from(CONFIGS),
+    ),
+    st.builds(
+        _raw_observer,
+        counts=st.sampled_from(["uniform", "exponential", "lognormal", "integers"]),
+        density=st.sampled_from([1.0, 0.5, 0.01]),
+        specials=st.lists(st.sampled_from(SPECIALS + [math.inf, math.nan]), max_size=8),
+        bins=st.sampled_from([256, 2048]),
+        spread=st.sampled_from(SPREADS + DEGENERATE_SPREADS),
+        seed=st.integers(0, 2**16),
+        config=st.sampled_from(CONFIGS),
+    ),
+)
+
+
+@FUZZ_CANDIDATES
+@given(obs=every_observer, picks=st.lists(st.floats(0, 1), min_size=2, max_size=12))
+def test_candidate_errors_identical(obs: HistogramObserver, picks: list[float]) -> None:
+    """Each candidate's error computed natively equals torchao's
+    ``_compute_quantization_error`` bit for bit (NaN where it is NaN), on candidates spread
+    over every kind of histogram above, degenerate ranges (empty, tiny, huge), sparse, flat,
+    infinite and NaN bins included."""
+    assume(qh.decline_reason(obs) is None)
+    errors = qh._Errors(obs)
+    assert errors.native
+    last = obs.bins - 1
+    for a, b in itertools.pairwise(picks):
+        start, end = sorted((int(a * last), int(b * last)))
+        ours = errors(start, end)
+        stock = obs._compute_quantization_error(start, end)
+        assert (math.isnan(ours) and math.isnan(stock)) or struct.pack("d", ours) == struct.pack(
+            "d", stock
+        ), (start, end, ours, stock)
+    _served_total.append(errors.served)
+
+
+_served_total: list[int] = []
+
+
+def test_candidate_errors_were_served_natively() -> None:
+    """The candidate test above compared natively computed errors (not only torch's)."""
+    if not _served_total:
+        pytest.skip("run with test_candidate_errors_identical")
+    assert sum(_served_total) > 0
+
+
+def test_switch_off_runs_stock() -> None:
+    """With acceleration off the installed method runs torchao's code (counted as a stock
+    call), and uninstalling puts torchao's method back."""
+    obs = HistogramObserver()
+    obs(torch.randn(500))
+    before = counters.snapshot().get(qh.STATS_NAME)
+    with arm_accel.disabled():
+        obs._non_linear_param_search()
+    after = counters.snapshot()[qh.STATS_NAME]
+    assert after.calls - (before.calls if before else 0) == 1
+    assert after.accelerated == (before.accelerated if before else 0)
+    stock = qh.stock_method()
+    patches.uninstall(("quantize.search",))
+    try:
+        assert vars(HistogramObserver)["_non_linear_param_search"] is stock
+    finally:
+        patches.install(("quantize.search",))
+    assert vars(HistogramObserver)["_non_linear_param_search"] is not stock
+
+
+def test_declines_run_stock() -> None:
+    """A histogram the walk does not model (float64) runs torchao's method, counted as a
+    decline with its reason; the result is stock's."""
+    obs = HistogramObserver(factory_kwargs={"dtype": torch.float64})
+    obs(torch.randn(500, dtype=torch.float64))
+    assert qh.decline_reason(obs) == "histogram is not a 1-d float32 tensor"
+    with arm_accel.disabled():
+        stock = obs._non_linear_param_search()
+    ours = obs._non_linear_param_search()
+    assert [_bits(t) for t in ours] == [_bits(t) for t in stock]
+    assert (
+        counters.snapshot()[qh.STATS_NAME].fallbacks.get("histogram is not a 1-d float32 tensor", 0)
+        >= 1
+    )
+
+
+def test_native_failure_falls_back(lenient: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing native walk (not strict) falls back to torchao's method, with stock's result."""
+    from arm_accel import _native
+
+    def broken(*args: Any) -> None:
+        raise ValueError("injected")
+
+    obs = HistogramObserver()
+    obs(torch.randn(500))
+    with arm_accel.disabled():
+        stock = obs._non_linear_param_search()
+    monkeypatch.setattr(_native, "histogram_next_candidate", broken)
+    ours = obs._non_linear_param_search()
+    assert [_bits(t) for t in ours] == [_bits(t) for t in stock]
+    reasons = counters.snapshot()[qh.STATS_NAME].fallbacks
+    assert any(r.startswith("native kernel failed") for r in reasons), reasons

@@ -1,0 +1,191 @@
+"""``HistogramObserver.forward`` and ``_upscale_histogram`` accelerated
+(``arm_accel.quantize.observe``) against torchao's own, on generated calibration batches."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import arm_accel
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import numpy as np
+import pytest
+import torch
+from arm_accel import patches
+from arm_accel.control import counters
+from arm_accel.quantize import observe
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torchao.quantization.pt2e.observer import HistogramObserver
+
+LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
+FUZZ = settings(
+    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "500")) if LONG else 40,
+    derandomize=not LONG,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+@pytest.fixture(autouse=True)
+def _installed() -> None:
+    assert patches.installed("quantize.observe"), [
+        s for s in patches.states() if s.group == "quantize.observe"
+    ]
+
+
+def _bits(t: torch.Tensor) -> tuple[Any, ...]:
+    return (t.dtype, tuple(t.shape), t.detach().contiguous().numpy().tobytes())
+
+
+def _state(obs: HistogramObserver) -> list[Any]:
+    return [_bits(obs.histogram), _bits(obs.min_val), _bits(obs.max_val)]
+
+
+def _outcome(obs: HistogramObserver, x: torch.Tensor) -> tuple[str, Any]:
+    try:
+        out = obs(x)
+    except Exception as exc:
+        return "raised", (type(exc), str(exc))
+    return "ok", out is x
+
+
+def _batch(kind: str, scale: float, offset: float, n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = {
+        "normal": lambda: torch.randn(n, generator=g),
+        "uniform": lambda: torch.rand(n, generator=g),
+        "heavy": lambda: torch.tan(math.pi * (torch.rand(n, generator=g) - 0.5)),
+        "constant": lambda: torch.full((n,), 1.0),
+        "zeros": lambda: torch.zeros(n),
+        "signed zeros": lambda: torch.tensor([0.0, -0.0] * n)[:n],
+        "inf": lambda: torch.where(torch.rand(n, generator=g) < 0.1, math.inf, 1.0),
+        "nan": lambda: torch.where(torch.rand(n, generator=g) < 0.1, math.nan, 1.0),
+    }[kind]()
+    return (x * scale + offset).to(torch.float32)
+
+
+batches = st.lists(
+    st.tuples(
+        st.sampled_from(["normal"] * 4 + ["uniform", "heavy", "constant", "zeros", "signed zeros"]),
+        st.sampled_from([1e-30, 1e-3, 1.0, 0.9, 1.1, 1e3, 1e30, 1e38]),
+        st.sampled_from([0.0, 1.0, -3.0, 1e6]),
+        st.integers(1, 3000),
+        st.integers(0, 2**16),
+        st.sampled_from(["flat", "2d", "strided"]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _shaped(x: torch.Tensor, shape: str) -> torch.Tensor:
+    """The batch flat, as a 2-d tensor, or as a non-contiguous view."""
+    if shape == "2d" and x.numel() % 2 == 0:
+        return x.view(2, -1)
+    if shape == "strided" and x.numel() >= 2:
+        return x[::2]
+    return x
+
+
+@FUZZ
+@given(
+    data=batches,
+    tail=st.sampled_from([None, "inf", "nan"]),
+    bins=st.sampled_from([2048, 256, 37, 1]),
+    upsample=st.sampled_from([16, 1, 3]),
+)
+def test_forward_identical(
+    data: list[tuple[Any, ...]], tail: str | None, bins: int, upsample: int
+) -> None:
+    """Two observers fed the same batches (normal, uniform, heavy-tailed, constant, zeros of
+    both signs; tiny to huge scales; flat, 2-d and strided; a last batch with infinities or
+    NaN), one stock, one accelerated: after every batch the histogram, min_val and max_val are
+    bit-identical, the return value is the input, or both raise the same."""
+    stock_obs = HistogramObserver(bins=bins)
+    ours = HistogramObserver(bins=bins)
+    stock_obs.upsample_rate = ours.upsample_rate = upsample
+    xs = [_shaped(_batch(*d[:5]), d[5]) for d in data]
+    if tail is not None:
+        xs.append(_batch(tail, 1.0, 0.0, 64, 1))
+    for x in xs:
+        with arm_accel.disabled():
+            expected = _outcome(stock_obs, x)
+        got = _outcome(ours, x)
+        assert got == expected
+        assert _state(ours) == _state(stock_obs)
+
+
+def test_forward_took_the_native_path() -> None:
+    """Every batch is observed natively: the first (the histogram's reset), those inside the
+    observed range, and growing ones (stock's forward with a native histc and upscale); the
+    results equal stock's."""
+    stock_obs, ours = HistogramObserver(), HistogramObserver()
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randn(1000, generator=g) * s for s in (1.0, 0.5, 0.7, 2.0, 1.5)]
+    with arm_accel.disabled():
+        for x in batches:
+            stock_obs(x)
+    before = counters.snapshot()
+    for x in batches:
+        ours(x)
+    after = counters.snapshot()
+    assert _state(ours) == _state(stock_obs)
+
+    def delta(name: str, field: str) -> int:
+        was = getattr(before[name], field) if name in before else 0
+        return int(getattr(after[name], field)) - was
+
+    assert delta(observe.FORWARD_STATS_NAME, "accelerated") == len(batches)
+    assert delta(observe.FORWARD_STATS_NAME, "calls") == len(batches)
+    assert delta(observe.UPSCALE_STATS_NAME, "accelerated") >= 1
+
+
+bounds = st.sampled_from([-1e30, -5.0, -1.0, -0.0, 0.0, 1e-30, 1.0, 3.0, 1e30, math.nan, math.inf])
+
+
+@FUZZ
+@given(
+    counts=st.lists(st.floats(0, 1e6, width=32), min_size=1, max_size=64),
+    seed=st.integers(0, 2**16),
+    lo=bounds,
+    hi=bounds,
+    grow=st.tuples(st.floats(0, 10), st.floats(0, 10)),
+    bins=st.sampled_from([2048, 256, 37]),
+    upsample=st.sampled_from([16, 1, 3]),
+)
+def test_upscale_identical(
+    counts: list[float],
+    seed: int,
+    lo: float,
+    hi: float,
+    grow: tuple[float, float],
+    bins: int,
+    upsample: int,
+) -> None:
+    """``_upscale_histogram`` of random histograms from a range into a wider one (and into
+    empty, reversed, NaN and infinite ranges): stock's result and ours are bit-identical, or
+    both raise the same."""
+    obs = HistogramObserver(bins=bins)
+    obs.upsample_rate = upsample
+    rng = np.random.default_rng(seed)
+    hist = np.zeros(bins, dtype=np.float32)
+    hist[rng.integers(0, bins, len(counts))] = np.array(counts, dtype=np.float32)
+    args = [
+        torch.from_numpy(hist),
+        torch.tensor(lo),
+        torch.tensor(hi),
+        torch.tensor(lo - grow[0]),
+        torch.tensor(hi + grow[1]),
+    ]
+
+    def run() -> tuple[str, Any]:
+        try:
+            return "ok", _bits(obs._upscale_histogram(*args))
+        except Exception as exc:
+            return "raised", (type(exc), str(exc))
+
+    with arm_accel.disabled():
+        expected = run()
+    assert run() == expected
