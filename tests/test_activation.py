@@ -172,7 +172,8 @@ def test_env_off_then_enable(tmp_path: Path) -> None:
 
 IMPORT_OURS_FIRST = r"""
 import json, sys
-import arm_accel.pipeline.passes.propagate  # imports executorch's Arm passes while still executing
+# imports executorch's Arm passes while still executing (and others of ours import from it)
+import arm_accel.pipeline.passes.{module}
 import arm_accel
 from arm_accel.patches import table
 import executorch.backends.arm._passes as pkg
@@ -196,11 +197,13 @@ print(json.dumps({
 
 
 @needs_pth
-def test_importing_our_pass_module_first_still_swaps_everything() -> None:
-    # The module importing executorch triggers activation before its own classes exist: those
-    # swaps must be deferred to the end of its import, not skipped with a warning.
+@pytest.mark.parametrize("module", ["propagate", "canonicalize"])
+def test_importing_our_pass_module_first_still_swaps_everything(module: str) -> None:
+    """One of our pass modules imported before executorch's Arm passes, in a fresh interpreter:
+    its import triggers the activation before its own classes (which other pass modules import)
+    exist; every swap is deferred to the end of its import, none skipped, none warned."""
     proc = subprocess.run(
-        [sys.executable, "-c", IMPORT_OURS_FIRST],
+        [sys.executable, "-c", IMPORT_OURS_FIRST.replace("{module}", module)],
         capture_output=True,
         text=True,
         timeout=600,

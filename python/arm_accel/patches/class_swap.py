@@ -112,19 +112,31 @@ class _NotifyingSpec(importlib.machinery.ModuleSpec):
 _pending: dict[str, list[Callable[[], None]]] = {}
 
 
+def _initializing(module_name: str) -> Any:
+    spec = getattr(sys.modules.get(module_name), "__spec__", None)
+    return spec if getattr(spec, "_initializing", False) else None
+
+
 def defer(replacement: str, callback: Callable[[], None]) -> bool:
-    """Run ``callback`` once ``replacement``'s module has finished importing, if it is importing
-    now (True), else do nothing (False)."""
+    """Run ``callback`` once the module it waits for has finished importing (True), or do
+    nothing (False) when none is importing. It waits for ``replacement``'s module, else for a
+    module of the same package (its first three components) whose import is under way: that
+    import triggered the activation, and ``replacement``'s module may import names from it."""
     module_name = replacement.partition(":")[0]
-    module_spec = getattr(sys.modules.get(module_name), "__spec__", None)
-    if not getattr(module_spec, "_initializing", False):
+    package = ".".join(module_name.split(".")[:3]) + "."
+    waiting = [module_name] + sorted(
+        n for n in list(sys.modules) if n.startswith(package) and n != module_name
+    )
+    found = next(((n, spec) for n in waiting if (spec := _initializing(n)) is not None), None)
+    if found is None:
         return False
+    name, module_spec = found
     if not isinstance(module_spec, _NotifyingSpec):
         try:
             module_spec.__class__ = _NotifyingSpec
         except TypeError:
             return False
-    _pending.setdefault(module_name, []).append(callback)
+    _pending.setdefault(name, []).append(callback)
     return True
 
 
