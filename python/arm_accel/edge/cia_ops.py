@@ -1,4 +1,4 @@
-"""One materialization of the C++ CompositeImplicitAutograd ops per collection (issue 17).
+"""One materialization of the C++ CompositeImplicitAutograd ops per collection.
 
 ``run_decompositions`` collects the preservable CIA ops (``torch._export.utils.
 _collect_all_valid_cia_ops``) twice per call: splitting the table and materializing a

@@ -1,4 +1,4 @@
-"""The CIA override of a decomposition call, without its decorators (issue 17).
+"""The CIA override of a decomposition call, without its decorators.
 
 Every ``run_decompositions`` call enters ``torch.export.exported_program.
 _override_composite_implicit_decomp`` around its trace. On entry it patches each of the ~510

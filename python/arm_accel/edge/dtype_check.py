@@ -1,4 +1,4 @@
-"""The edge dialect's dtype check, run once per graph and lowering (issue 36).
+"""The edge dialect's dtype check, run once per graph and lowering.
 
 ``EXIREdgeDialectVerifier`` ends with ``_check_tensor_args_matching_op_allowed_dtype(gm)``: an
 ``fx.Interpreter`` (``EdgeOpArgValidator``) runs every node of the graph on fake values, only to

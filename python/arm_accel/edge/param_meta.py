@@ -1,4 +1,4 @@
-"""The param/buffer placeholder metadata of a decomposition call, looked up once (issue 17).
+"""The param/buffer placeholder metadata of a decomposition call, looked up once.
 
 After its trace, every ``run_decompositions`` call writes the collected param/buffer metadata
 back onto the new graph's placeholders with ``torch._export.utils.

@@ -1,4 +1,4 @@
-"""Trace only the nodes a decomposition call rewrites (issue 17).
+"""Trace only the nodes a decomposition call rewrites.
 
 A ``run_decompositions`` call whose graph holds a few nodes the table decomposes (llama's call
 1: ``transpose``, ``type_as``, ``unbind``, ``stack``, ``repeat_interleave``,

@@ -1,4 +1,4 @@
-"""Recompiles deferred until their code is used (issue 13).
+"""Recompiles deferred until their code is used.
 
 Inside the Arm pipeline ``GraphModule.recompile()`` runs after every pass (the re-trace's new
 module, the pass manager, the pass adapter) and generates the module's source and compiles its

@@ -1,6 +1,6 @@
 """Building blocks for accelerated passes: switch handling, stats, and safe fallback.
 
-The contract (issue 5, "Safety"): never mutate the graph until the Rust plan has succeeded; if
+The contract: never mutate the graph until the Rust plan has succeeded; if
 applying an edit fails anyway, leave the graph exactly as the stock pass would have received it and
 run the stock pass; warn once per pass and reason.
 

@@ -1,4 +1,4 @@
-"""Accelerated ``FuseDuplicateUsersPass`` (issue 3).
+"""Accelerated ``FuseDuplicateUsersPass``.
 
 Stock queues every node as a producer, and re-queues the producer and the surviving user after
 every single fusion, without dedup; each visit groups the producer's users by target and builds

@@ -1,4 +1,4 @@
-"""Accelerated ``RemovePermutesAroundElementwiseTosaOps`` (issue 3).
+"""Accelerated ``RemovePermutesAroundElementwiseTosaOps``.
 
 The walk (``visit``) asks ``_is_constant`` about every input it reaches. Here constant
 membership is one bitset per call, built in Rust from the table's CONSTANT flags (get_attr nodes

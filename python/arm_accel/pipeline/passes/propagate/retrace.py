@@ -11,8 +11,8 @@ by fake-executing its target. What later scans and fusions can observe of that i
 4. node names and provenance: the re-trace renames every node afresh (nodes created after it
    draw their names from that name space) and gives nodes without a ``from_node`` one naming
    the node as it is then, which the graph after the pass carries
-   (:func:`mirror_names_and_provenance`; the long fuzz run, session 6, found a node created by
-   a scan and retargeted by the in-loop canonicalization before the closing re-trace);
+   (:func:`mirror_names_and_provenance`; this covers a node created by a scan and retargeted by
+   the in-loop canonicalization before the closing re-trace);
 5. arg containers (decisions accept lists and tuples alike), which need no emulation.
 
 ``VirtualRetracer`` reproduces 1-4 incrementally: it snapshots each node's ``args``/``kwargs``
