@@ -1,4 +1,5 @@
-"""Side-by-side benchmark of the issue-3 passes: stock vs accelerated, same run, same inputs.
+"""Side-by-side benchmark of the four view/permute fusion passes: stock vs accelerated, same
+run, same inputs.
 
 Lowers each model once (stock passes, via ``arm_accel.tools.capture``), then replays every
 captured input of each pass through the stock class and the accelerated class, alternating, and

@@ -1,4 +1,4 @@
-"""One shard of the long fuzz profile (README "Development"), with its figures.
+"""One shard of the long fuzz profile (docs/development.md, "Fuzzing"), with its figures.
 
 Runs ``tests/test_fuzz_differential.py -k random_models`` under ``ARM_ACCEL_FUZZ=long`` with
 ``--hypothesis-seed=SEED`` in this process and writes ``OUT`` (JSON): pytest's exit code, wall and

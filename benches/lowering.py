@@ -65,7 +65,7 @@ class Result:
     vp_accel_s: float
     retraces_stock: int
     retraces_accel: int
-    # The two propagation passes (issue 4): inclusive seconds and re-traces per call (the Up
+    # The two propagation passes: inclusive seconds and re-traces per call (the Up
     # pass's calls, then the Down pass's), in-loop fusion re-traces included.
     prop_stock_s: float
     prop_accel_s: float

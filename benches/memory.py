@@ -1,4 +1,4 @@
-"""Peak memory of table export and of each native kernel (issue 7).
+"""Peak memory of table export and of each native kernel.
 
     python benches/memory.py [--nodes 1000000] [--blocks 4]
 

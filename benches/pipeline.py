@@ -1,4 +1,4 @@
-"""Whole lowering, stock vs accelerated in one process, split by phase (issue 13).
+"""Whole lowering, stock vs accelerated in one process, split by phase.
 
     python benches/pipeline.py --models llama4,dscnnkws [--repeat 2] [--out PREFIX]
 

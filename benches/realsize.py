@@ -1,4 +1,4 @@
-"""Real models at real size, stock vs accelerated, each side in its own process (issue 36).
+"""Real models at real size, stock vs accelerated, each side in its own process.
 
     python benches/realsize.py --list
     python benches/realsize.py --models smollm2-135m --layers 2,4 --targets tosa-int \

@@ -1,4 +1,4 @@
-"""Start-up overhead of the transparent-activation hook (issue 5).
+"""Start-up overhead of the transparent-activation hook.
 
 Times ``python -c pass`` in two fresh venvs made from the base interpreter with
 ``--system-site-packages``: one without and one with the arm-accel wheel installed (so with

@@ -1,4 +1,4 @@
-//! Property tests over arbitrary node tables (issue 7): validation either rejects a table, or
+//! Property tests over arbitrary node tables: validation either rejects a table, or
 //! every kernel runs on it without panicking and returns in-bounds results.
 //!
 //! Three sources of tables: random columns (almost always rejected, exercising every check),

@@ -104,7 +104,7 @@ fi
 step "build the native extension (maturin develop --release; minutes the first time)" \
   env VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --release \
   --features testing
-# The editable install does not carry the wheel-root arm_accel_hook.pth (transparent activation,
-# issue 5); put it next to the editable arm_accel.pth so the venv behaves like a wheel install.
+# The editable install does not carry the wheel-root arm_accel_hook.pth (transparent
+# activation); put it next to the editable arm_accel.pth so the venv behaves like a wheel install.
 cp arm_accel_hook.pth "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/"
 echo "$VENV"

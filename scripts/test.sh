@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BUDGET_MIN=45 # CI's limit on 2 cores (README "Development"); the total line shows it
+BUDGET_MIN=45 # CI's limit on 2 cores (docs/development.md); the total line shows it
 START=$SECONDS
 summary() {
   local took=$((SECONDS - START))
@@ -30,7 +30,7 @@ setup_start=$SECONDS
 VENV=$(bash scripts/setup.sh)
 printf 'stage %-15s %5d s\n' setup $((SECONDS - setup_start)) >&2
 export PATH="$VENV/bin:$PATH"
-# Strict (issue 14): an unexpected failure of the accelerated path (exception, misprediction)
+# Strict: an unexpected failure of the accelerated path (exception, misprediction)
 # raises instead of falling back, here and in the upstream suite; declines still fall back.
 export ARM_ACCEL_STRICT="${ARM_ACCEL_STRICT:-1}"
 # setup.sh built the test-only bindings: a test that needs them must run, not skip.
@@ -53,7 +53,7 @@ stage "ruff" python -m ruff check python tests benches
 # in this process.
 stage "pytest" python -m pytest -q -n "${ARM_ACCEL_TEST_WORKERS:-2}" --dist loadfile "$@"
 
-# The upstream Arm suites with acceleration active through the installed hook (issues 5, 13):
+# The upstream Arm suites with acceleration active through the installed hook:
 # the pass suite, then the per-operator TOSA lowering tests of a few operators (whole lowerings
 # through the re-trace engine). CI leaves out test_transpose_counts, the slowest pass module
 # (~1/5 of that suite); ARM_ACCEL_UPSTREAM=1 includes it; ARM_ACCEL_UPSTREAM=0 skips them all.

@@ -1,4 +1,4 @@
-"""Random small models for the differential fuzz tests (issue 7).
+"""Random small models for the differential fuzz tests.
 
 A model is a :class:`Spec`: input shapes, a straight-line program of :class:`Op` steps (each reads
 earlier values by index and appends one value), and the indices of the values it returns.
@@ -321,7 +321,7 @@ settings.register_profile(
     deadline=None,
     # Without the explain phase: once an example failed, hypothesis runs every later one (the
     # whole shrink) under its line tracer, sys.settrace before Python 3.12: 3.6x the CPU time
-    # of an example here (session 6), and shrinking stopped as "very slow".
+    # of an example here, and shrinking stopped as "very slow".
     phases=tuple(p for p in Phase if p is not Phase.explain),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     print_blob=True,

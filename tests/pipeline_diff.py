@@ -1,5 +1,5 @@
 """Lower one exported program stock and accelerated, recording the graph after every pass of
-the Arm pipeline, for the pass-by-pass differential tests (issue 13)."""
+the Arm pipeline, for the pass-by-pass differential tests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Transparent activation (issue 5): hook swapping, ARM_ACCEL=0, enable/disable/disabled, stats,
+"""Transparent activation: hook swapping, ARM_ACCEL=0, enable/disable/disabled, stats,
 version guard, and the journal-based safe fallback of ``AcceleratedPass``.
 
 The swap tests run in fresh interpreters (the project venv's python, where ``arm_accel_hook.pth``

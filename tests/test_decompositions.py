@@ -1,4 +1,4 @@
-"""Issue 17: the edge stage's ``run_decompositions`` calls that would return their input are
+"""The edge stage's ``run_decompositions`` calls that would return their input are
 replayed without tracing (arm_accel.edge.decompositions). Every test compares with stock's own
 call in the same process."""
 

@@ -1,4 +1,4 @@
-"""Issue 13: recompiles in the Arm pipeline generate their code on first use
+"""Recompiles in the Arm pipeline generate their code on first use
 (:mod:`arm_accel.runtime.deferred`), and that code is the code stock's recompile
 generated at the recompile.
 

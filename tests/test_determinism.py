@@ -1,4 +1,4 @@
-"""Issue 7: the same graph twice gives the same plan, the same edits and the same native output.
+"""The same graph twice gives the same plan, the same edits and the same native output.
 
 Runs on the graphs a real lowering hands to the five accelerated passes (llama1 INT, captured
 once per session by ``conftest.captured_lowering``). For the passes built on ``AcceleratedPass``

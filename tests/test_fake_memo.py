@@ -1,4 +1,4 @@
-"""Issue 13: the fake values ``retrace_engine.fake_memo`` remembers are the fake kernels' own.
+"""The fake values ``arm_accel.runtime.fake_memo`` remembers are the fake kernels' own.
 
 Each test calls an operator through the memo's interpreter and through stock dispatch on the
 same fake inputs, in one fake mode, and compares the two results' metadata

@@ -1,4 +1,4 @@
-"""Issue 14: fault injection. Each of the six accelerated passes is made to fail at each stage
+"""Fault injection: each of the six accelerated passes is made to fail at each stage
 (plan, apply, virtual re-trace, real re-trace); the result must still be stock's and the
 fallback must be counted in ``stats()`` with its reason.
 

@@ -1,4 +1,4 @@
-"""Issue 3: accelerated Canonicalize / FuseDuplicateUsers vs stock, on the same inputs.
+"""Accelerated Canonicalize / FuseDuplicateUsers vs stock, on the same inputs.
 
 Differential tests on hand-built graphs, on random graphs, and on graphs captured from real
 lowerings (the ``captured`` session fixture); re-trace counts; malformed-input tests of the new
@@ -324,7 +324,7 @@ def test_captured_graphs_equal_stock(captured, name: str) -> None:
     reason="llama4 INT lowering (minutes): long run only, ARM_ACCEL_UPSTREAM=1",
 )
 def test_llama4_captured_graphs_equal_stock() -> None:
-    """Every graph the issue-3 passes receive in a real llama4 INT lowering, the Arm passes and
+    """Every graph the fusion passes receive in a real llama4 INT lowering, the Arm passes and
     the transforms base classes the propagation passes call internally: ours == stock."""
     records, mode = capture_lowering("llama4")
     for r in records:

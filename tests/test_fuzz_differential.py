@@ -1,4 +1,4 @@
-"""Issue 7: random models lowered stock and accelerated must give equal graphs and TOSA bytes.
+"""Random models lowered stock and accelerated must give equal graphs and TOSA bytes.
 
 Each example (a :class:`fuzz_models.Spec`) is exported once per mode (FP, and INT quantized with
 the TOSA quantizer) and taken through the edge-dialect stage of ``to_edge_transform_and_lower``
@@ -13,7 +13,8 @@ and fallen back only by declining (no failure, no misprediction; the suite runs 
 the stock lowering raises, the accelerated one must raise the same type.
 
 CI runs the ``fuzz-ci`` hypothesis profile; ``ARM_ACCEL_FUZZ=long`` runs ``fuzz-long`` (2000
-examples, see the README). Failures found by hypothesis are kept below as named regressions.
+examples, see docs/development.md, "Fuzzing"). Failures found by hypothesis are kept below as
+named regressions.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class Outcome:
     calls: list[tuple[str, fx.GraphModule]]  # (pass name, graph it returned), in call order
     tosa: list[bytes] | None
     error: BaseException | None
-    # (pass, graph after it, modified) for every pass of the Arm pipeline (issue 13)
+    # (pass, graph after it, modified) for every pass of the Arm pipeline
     pipeline: list[tuple[str, fx.GraphModule, bool]] = field(default_factory=list)
 
 
@@ -189,14 +190,14 @@ def test_random_models_lower_like_stock(spec: Spec) -> None:
 
 
 def test_regression_identity_permute_leaves_no_call_node() -> None:
-    """Long run, session 3 (shrunk by hypothesis): ``permute(1, 0)`` of a 1x1 input is removed
+    """A long-run example, shrunk by hypothesis: ``permute(1, 0)`` of a 1x1 input is removed
     before propagation, which then saw a graph without call nodes; the scan planner's exporter
     indexed an empty class column and the accelerated FP lowering raised where stock did not."""
     check_spec(Spec(inputs=((1, 1),), ops=(Op("permute", (0,), ((1, 0),)),), outputs=(1,)))
 
 
 def test_regression_retargeted_node_keeps_the_provenance_of_its_first_retrace() -> None:
-    """Long run, session 6 (shrunk by hypothesis): FP, the Up pass moves ``permute(1, 0)`` of
+    """A long-run example, shrunk by hypothesis: FP, the Up pass moves ``permute(1, 0)`` of
     ``cat(x, x)`` (x 1x2) above the cat; the in-loop canonicalization turns the new permute into
     a view. Stock's re-trace after the scan recorded the node's provenance (``from_node``) as the
     permute; the virtual re-trace recorded none, so the closing re-trace recorded the view."""
@@ -276,7 +277,8 @@ def test_fuzz_examples_overrides_the_long_profile(monkeypatch: pytest.MonkeyPatc
 def test_strategy_draws_the_promised_shapes() -> None:
     """The generator reaches every op kind, ranks 1 and 6, several outputs, and in a quarter of
     the specs chains of >= 3 layout ops each reading the one before, maybe through an elementwise
-    op (the multi-scan propagation runs; session 7's chain step: 154 of these 300, 31 before)."""
+    op, so the multi-scan propagation runs (the chain step draws 154 of these 300 specs; the
+    test asks for a quarter)."""
     from hypothesis import HealthCheck
 
     seen_kinds: set[str] = set()

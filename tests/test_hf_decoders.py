@@ -1,4 +1,4 @@
-"""Issue 13, small decoder LLMs: a 2-layer ``transformers`` Qwen2 (random weights, INT) lowered
+"""Small decoder LLMs: a 2-layer ``transformers`` Qwen2 (random weights, INT) lowered
 stock and accelerated from one exported program. Compares the graph after every pass of the Arm
 pipeline (``pipeline_diff.assert_lowerings_identical``: nodes, meta, users order) and the TOSA
 bytes, and checks in ``arm_accel.stats()`` that the re-trace engine ran in place (a lowering

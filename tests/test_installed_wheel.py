@@ -1,4 +1,4 @@
-"""Installed-wheel test (issue 5): build the wheel, install it into a fresh venv, run an
+"""Installed-wheel test: build the wheel, install it into a fresh venv, run an
 unmodified lowering script, and check that our passes ran and the TOSA bytes equal stock's; and
 that the wheel ships its types (``py.typed``: ``mypy --strict`` reads them from the wheel).
 

@@ -193,9 +193,10 @@ def _slice_permute_graph() -> torch.fx.GraphModule:
 
 
 def test_fusion_choice_survives_replaced_generic_classes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Root cause of the two upstream failures of issue 4: the horizontal fusion was picked by
-    ``isinstance(self, _generic.PropagateViewCopyPermuteUpPass)``, which the upstream-test
-    plugin replaces by a subclass, so the Arm Up pass ran the Down pass's fusion."""
+    """The Arm Up pass runs the Up pass's horizontal fusion even when the generic
+    ``PropagateViewCopyPermuteUpPass`` is replaced by a subclass (as the upstream-test plugin
+    does): an ``isinstance(self, _generic.PropagateViewCopyPermuteUpPass)`` choice would then
+    pick the Down pass's fusion."""
     import executorch.backends.transforms.propagate_view_copy_permute_pass as generic
     from executorch.backends.arm._passes import propagate_view_copy_permute_pass as arm_mod
 
@@ -425,7 +426,7 @@ def test_fusion_tracker_is_per_thread() -> None:
 @pytest.mark.parametrize("name", PASS_NAMES)
 def test_in_loop_fusions_run_accelerated(name: str) -> None:
     """Stock's loop runs the ``backends.transforms`` fusion classes; ours runs their accelerated
-    variants (issue 4) and still ends in stock's graph."""
+    variants and still ends in stock's graph."""
     from arm_accel.control import counters
 
     horizontal = {

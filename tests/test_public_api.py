@@ -1,4 +1,4 @@
-"""The typed public API (issue 15): ``mypy --strict`` on user scripts against the installed
+"""The typed public API: ``mypy --strict`` on user scripts against the installed
 package, and the runtime names behind the declared ones."""
 
 from __future__ import annotations

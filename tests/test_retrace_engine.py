@@ -1,4 +1,4 @@
-"""Issue 13: the in-place re-trace equals stock's ``ExportPass`` re-trace, node for node.
+"""The in-place re-trace equals stock's ``ExportPass`` re-trace, node for node.
 
 Each test runs a pass's re-trace twice on copies of one graph: stock (``_ExportPassBase.call``
 as executorch defines it) and through the engine (:func:`arm_accel.pipeline.engine.accelerated_call`

@@ -1,4 +1,4 @@
-"""Issue 3: duplicate-user signatures interned in Rust (``_native.user_signatures``) vs stock.
+"""Duplicate-user signatures interned in Rust (``_native.user_signatures``) vs stock.
 
 The property: for two users of one producer in one target group, Rust gives them equal codes
 exactly when stock's ``_build_user_signature`` gives them equal signatures, and users whose

@@ -1,4 +1,4 @@
-"""Issue 13: ``retrace_engine.stack_entry`` -- the last two entries of ``traceback.format_stack()``
+"""``arm_accel.runtime.stack_entry`` -- the last two entries of ``traceback.format_stack()``
 without formatting the whole stack -- against ``traceback.format_stack`` itself, called from the
 same line of the same frame."""
 

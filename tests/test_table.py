@@ -151,7 +151,7 @@ def test_cycle_in_csr_is_rejected() -> None:
         _native.table_counts(t)
 
 
-# -- issue 7: every native entry point rejects the same malformed tables ----------------------
+# -- every native entry point rejects the same malformed tables ----------------------
 
 BINDINGS = {
     "table_counts": lambda t: _native.table_counts(t),

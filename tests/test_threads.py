@@ -1,4 +1,4 @@
-"""Issue 7: threads. Kernels release the GIL; concurrent lowerings give the bytes of sequential
+"""Threads: kernels release the GIL; concurrent lowerings give the bytes of sequential
 ones; ``arm_accel.stats()`` counts every call exactly once under threads."""
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def test_concurrent_lowerings_match_sequential_ones(monkeypatch: pytest.MonkeyPa
 
 def test_disabled_is_scoped_to_its_thread() -> None:
     """``with disabled():`` in one thread leaves another thread accelerated while the block is
-    open (the switch used to be process-wide); ``set_enabled`` inside the block changes the
+    open (the switch is per thread, not process-wide); ``set_enabled`` inside the block changes the
     block only. Checked by each thread's own accelerated-call count."""
     from arm_accel.pipeline.passes.base import AcceleratedPass
 

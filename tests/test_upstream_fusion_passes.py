@@ -1,4 +1,4 @@
-"""Upstream executorch test modules re-run against the accelerated classes of issue 3.
+"""Upstream executorch test modules re-run against the accelerated fusion pass classes.
 
 Each upstream test function is re-bound to a copy of its module's globals in which the stock
 pass classes are replaced by ours (pytest marks and parametrizations are kept); the pass
@@ -47,7 +47,7 @@ _SWAPS: dict[str, dict[str, type]] = {
     },
 }
 # unittest modules: TestCase classes that use a swapped name (directly or through a module
-# helper) are re-run as subclasses whose methods see our classes. Of the issue-3 passes,
+# helper) are re-run as subclasses whose methods see our classes. Of the fusion passes,
 # test_permute_optimization_passes exercises only RemovePermutesAroundElementwiseOps (the
 # transforms base class); its other test classes cover passes we do not accelerate.
 _UNITTEST_SWAPS: dict[str, dict[str, type]] = {

@@ -1,19 +1,10 @@
-"""The on/off switch of arm-accel, consulted by accelerated passes at call time.
+"""The on/off switch of arm-accel, asked by every accelerated path at call time.
 
-Accelerated pass classes stay installed once the hook has swapped them in; whether they take the
-accelerated path is decided per call by :func:`is_enabled`. When it returns False a pass must run
-pure stock behaviour (:class:`arm_accel.pipeline.passes.base.AcceleratedPass` does this for you).
-
-A process-wide default comes from the environment variable ``ARM_ACCEL``
-(``0``/``false``/``off``/``no`` turn acceleration off). ``with disabled():`` / ``with enabled():``
-override it for the current thread (context) only: one thread's block never switches another
-thread's lowering. :func:`set_enabled` changes the innermost override of the calling context, or
-the process-wide default outside any block.
-
-``ARM_ACCEL_STRICT=1`` (read per call, see :func:`strict`) makes an unexpected failure of the
-accelerated path (an exception, a value the between-scan model mispredicted) raise instead of
-falling back to stock; declines (what the fast path does not model) still fall back. The test
-suite runs strict. Imports only the standard library so that it is cheap.
+:func:`is_enabled`: a process-wide default from ``ARM_ACCEL`` (``0``/``false``/``off``/``no``
+turn acceleration off), overridden for the current thread (context) by ``with disabled():`` /
+``with enabled():``, so one thread's block never switches another thread's lowering.
+:func:`strict` (``ARM_ACCEL_STRICT=1``) makes an unexpected failure of the accelerated path
+raise instead of falling back; declines still fall back. Standard library only, so it is cheap.
 """
 
 from __future__ import annotations

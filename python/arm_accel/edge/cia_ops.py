@@ -1,21 +1,10 @@
-"""One materialization of the C++ CompositeImplicitAutograd ops per collection (issue 17).
+"""One materialization of the C++ CompositeImplicitAutograd ops per collection.
 
-``run_decompositions`` collects the preservable CIA ops (``torch._export.utils.
-_collect_all_valid_cia_ops``) twice per call: splitting the table and materializing a
-``CustomDecompTable``. The collection walks every non-aten namespace of ``torch.ops`` (86 in an
-Arm lowering) and, for each, first calls ``_materialize_cpp_cia_ops``, which fetches every CIA
-registration from the C++ dispatcher and touches ``torch.ops.<ns>.<op>.<overload>`` for each
-(about 1,000 ops): a quarter of an accelerated DS-CNN or ResNet8 decomposition phase.
-
-Inside :func:`collecting_once` (this thread), a collection materializes once, at its first
-namespace, as stock does there; its later materializations return at once. That is exact: a
-materialization only creates and caches ``torch.ops`` attributes (``_Ops`` / ``_OpNamespace``
-cache what they create, so touching them again changes nothing), and what a collection runs
-between two of them (listing a namespace's cached packets and their overloads, reading schemas
-and dispatcher kernels) registers nothing, so each later one would fetch the same registrations
-and touch attributes that are already cached. Outside the block, or while none has succeeded
-yet, every call is stock's. Counted in ``arm_accel.stats()`` under :data:`STATS_NAME`, one
-accelerated call per collection.
+Each ``run_decompositions`` call collects the preservable CIA ops twice, and each collection
+re-materializes every C++ CIA registration (about 1,000 ``torch.ops`` attributes) at each of the
+86 non-aten namespaces. Inside :func:`collecting_once` (this thread) a collection materializes
+once, at its first namespace as stock does; exact because a materialization only creates and
+caches ``torch.ops`` attributes and nothing in between registers an op (design.md).
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
-"""The CIA override of a decomposition call, without its decorators (issue 17).
+"""The CIA override of a decomposition call, without its decorators.
 
-Every ``run_decompositions`` call enters ``torch.export.exported_program.
-_override_composite_implicit_decomp`` around its trace. On entry it patches each of the ~510
-preservable CIA ops (the table's and ``_special_op_to_preserve_cia`` for the rest) with ~20
-python kernels, each through ``op.py_impl(key)(fn)``, and registers a fake rule through
-``register_op_impl(op)(fn)``. Those decorators define an inner function per call, and its
-annotations (``Callable[_P, _T]``) build typing aliases each time: ~0.18 s per call, 20-25% of a
-stock decomposition call on an MLPerf Tiny model.
-
-:func:`overriding` makes the same changes to the same objects in the same order, writing what
-the decorators write (``py_kernels``, ``_dispatch_cache``, ``op_implementations_dict``, and
-where ``register_op_impl`` does, the C++ fake dispatch's registration) and reusing stock's
-helpers for the values written (``autograd_not_implemented``, ``_get_decomp_for_cia``); its exit
-is stock's. It is used inside
-:func:`arm_accel.edge.cia_ops.collecting_once` (the edge stage's decomposition calls) when every
-op to patch is an ``OpOverload`` whose ``py_impl`` is the one modelled; otherwise, or
-outside the block, the stock function runs. It is pinned to the source digests of the functions
-it was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
-``arm_accel.stats()`` under :data:`STATS_NAME` (seconds: the patching), with the reason when
-stock runs in the block.
+Every ``run_decompositions`` call patches the ~510 preservable CIA ops through the decorators
+``op.py_impl(key)`` and ``register_op_impl(op)``, whose inner functions build typing aliases on
+every call: ~0.18 s per call. :func:`overriding` writes what the decorators write, on the same
+objects in the same order, with stock's helpers for the values and stock's exit; used inside the
+edge stage's calls when every op is an ``OpOverload`` with the ``py_impl`` modelled, else stock.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 """Replay the ``run_decompositions`` calls of the Arm edge stage without re-tracing the program.
 
-``_gen_edge_manager_for_partitioners`` (executorch/exir/program/_program.py) calls
-``ExportedProgram.run_decompositions`` three times on the Arm path; each re-exports the whole
-program through ``make_fx`` with fake tensors. When a call's input is the output of the previous
-call of the same stage (edited only by ``_replace_aten_ops_with_transformed_ops``' target swaps),
-every target is a functional OpOverload that is either not CompositeImplicitAutograd or one the
-re-trace preserves (aten's preservable set: the re-trace keeps every one its table lacks,
-computing its value by its decomposition, as the previous trace did on the same values), the
-re-trace replays each node the table lacks as it is, and rewrites the others: ``conv2d`` into
-the ``convolution`` its kernel calls (:func:`_as_convolution`), any other traced alone
-(:mod:`arm_accel.edge.subtrace`) and grafted in place. What the re-trace still changes is
-modelled here without tracing the program (:func:`replay_program`): names renumbered in graph
-order by fx's namespace, two provenance levels in ``from_node``, ``original_aten`` (the
-dispatched op) and ``eager_input_vals`` as the tracer records them, param/buffer placeholder meta
-as ``_populate_param_buffer_metadata_to_new_gm`` writes it, a new graph signature and
-ExportedProgram. The nodes whose target was swapped since the last trace run once on fake values
-(their kernels may annotate ``custom``); every other node computes what it computed last time.
-Anything else runs the stock call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
-with the reason. Every call of the stage, replayed or stock, builds its provenance records
-sharing their ancestors (:mod:`arm_accel.runtime.provenance`, counted under its ``STATS_NAME``),
-and with the fake values of quantize/dequantize remembered per fake mode under
-``FakeTensorMode.dispatch`` (:mod:`arm_accel.runtime.fake_memo`: their kernels run on
-every call in stock, since ``FakeTensorMode`` caches ``aten`` and ``prims`` only), with each
-collection of CIA ops materializing them once (:mod:`arm_accel.edge.cia_ops`), and with the
-CIA override's patches written without their decorators (:mod:`arm_accel.edge.cia_override`).
-Checked against stock's own call in tests/test_decompositions.py and ``benches/decompositions.py
---compare``.
-
-:func:`install` wraps ``_gen_edge_manager_for_partitioners`` (to know which calls belong to the
-stage) and ``ExportedProgram.run_decompositions`` (a pass-through outside the stage);
-:func:`uninstall` puts both back. The switch (``ARM_ACCEL=0``) is read per call.
+When a call's input is the previous call's output, edited only by target swaps, the re-trace
+would rebuild each node as it is: :func:`replay_program` models what it still changes (names,
+provenance, tracer meta, placeholder meta, signature), with ``conv2d`` rewritten as its kernel
+does (:func:`_as_convolution`) and any other rewritten node traced alone
+(:mod:`arm_accel.edge.subtrace`). Anything else runs the stock call, counted under
+:data:`STATS_NAME` with the reason. Why the program is stock's: design.md, "The re-trace engine".
 """
 
 from __future__ import annotations

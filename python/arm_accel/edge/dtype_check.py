@@ -1,45 +1,11 @@
-"""The edge dialect's dtype check, run once per graph and lowering (issue 36).
+"""The edge dialect's dtype check, run once per graph and lowering.
 
-``EXIREdgeDialectVerifier`` ends with ``_check_tensor_args_matching_op_allowed_dtype(gm)``: an
-``fx.Interpreter`` (``EdgeOpArgValidator``) runs every node of the graph on fake values, only to
-read the dtypes of each edge operator's tensor arguments and results and test them against the
-operator's dtype constraints. A lowering verifies its programs a dozen times (the edge program's
-construction, the pass manager's check, ``EdgeProgramManager``, ``to_backend`` and its fake
-copy, the partition programs), mostly the same graph again: 22% of an accelerated llama8
-lowering, and most of what it did outside its passes and phases.
-
-:func:`checking` remembers the graphs the check passed inside a lowering: a graph whose
-:func:`graph_key` was seen pass is not run again. The key holds everything the run reads: each
-node's op, target, arguments (nodes by position, every other leaf by type and value, floats by
-their bits); the placeholders' fake values the interpreter is fed (shape, dtype, strides,
-offset, device, layout, ``requires_grad``, conjugate/negative bits, storage size, which
-placeholders share storage, the base of a view, the value of a fake constant); the result types
-and dtypes the check reads from each edge operator's ``meta["val"]``; the objects ``get_attr``
-fetches (by identity, while they live); the ambient state the run depends on (grad and
-inference mode, the dispatch mode stack, the tracing context's fake mode). Two graphs with one
-key run the same operators on the same fake values, so the check raises on both or neither, and
-a second run would only hit the fake tensor cache the first one filled. Not remembered: a check
-that raised (it runs again, and raises again, as stock's), a run that changed the shape
-environment (an unbacked symbol allocated: a second run would allocate another). Declined
-(stock runs): symbolic shapes or values, quantized tensors or fake constants of more than one
-element among the inputs, ``call_module`` nodes, argument types the key does not model,
-placeholders of another fake mode, shape-environment event recording.
-
-A graph checked for the first time still runs, but an operator call whose key -- the
-operator, its arguments' fake metadata (and which share storage), its leaves, the ambient
-state -- matches one run before in this lowering is answered with that run's result
-(:class:`_Remembering`, put under ``EdgeOpArgValidator`` in the verifier's module): the
-partition programs and the pipeline's input repeat the edge program's calls. Exact for the same
-reason: the validator reads only dtypes and results, and the call would compute the same fake
-metadata. Only in graphs whose operators write none of their arguments (a served result is
-never mutated), only fresh non-view results are served, and a run that changed the shape
-environment drops what the calls remembered.
-
-Used inside a lowering's scopes (``collector.lowering``: the edge stage, ``to_backend``, the Arm
-pipeline; this thread) with acceleration on; the memo is this thread's and dropped when the next
-edge stage starts (:func:`forget`), so a lowering never reuses another's checks. Counted in
-``arm_accel.stats()`` under :data:`STATS_NAME`: a graph checked before is an accelerated call;
-a first check a stock call.
+``EXIREdgeDialectVerifier`` runs every node of the graph on fake values to check each edge
+operator's dtypes, about a dozen times per lowering and mostly on the same graph (22% of an
+accelerated llama8 lowering). :func:`checking` answers a graph whose :func:`graph_key` (all the
+run reads) passed before in this lowering without running it; a first check still runs, with
+each operator call whose key was run before answered from that run (:class:`_Remembering`).
+Why that is stock's verdict: design.md, "The edge dialect's dtype check".
 """
 
 from __future__ import annotations

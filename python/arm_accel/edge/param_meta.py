@@ -1,20 +1,10 @@
-"""The param/buffer placeholder metadata of a decomposition call, looked up once (issue 17).
+"""The param/buffer placeholder metadata of a decomposition call, looked up once.
 
-After its trace, every ``run_decompositions`` call writes the collected param/buffer metadata
-back onto the new graph's placeholders with ``torch._export.utils.
-_populate_param_buffer_metadata_to_new_gm``. That function reads
-``new_sig.inputs_to_parameters`` and ``new_sig.inputs_to_buffers`` for every placeholder, and
-each read rebuilds its dict from every input spec: quadratic in the placeholders (MobileNetV1's
-INT program: 340 placeholders, 115,000 generator steps, 3-4% of an accelerated call).
-
-:func:`populate` does what stock's function does, in the same order, with each of the two
-mappings built once. That is exact: the loop writes node metas only, so neither mapping can
-change while it runs. It is bound in ``torch.export.exported_program`` (the decomposition call's
-module; ``torch.export._trace``'s own binding, used by ``torch.export.export``, stays stock) and
-used inside :func:`looking_up_once` (the edge stage's decomposition calls, this thread) with
-acceleration on; elsewhere stock's function runs. Pinned to the source digests of the function it
-was read from (torch 2.13, 2.14.0, 2.15.0): with another source nothing is replaced. Counted in
-``arm_accel.stats()`` under :data:`STATS_NAME`.
+Stock's ``_populate_param_buffer_metadata_to_new_gm`` rebuilds the signature's
+``inputs_to_parameters`` and ``inputs_to_buffers`` dicts for every placeholder: quadratic in the
+placeholders. :func:`populate` builds each once and makes the same writes in the same order;
+exact, since the loop writes node metas only. Used inside :func:`looking_up_once` (the edge
+stage's calls, this thread) with acceleration on.
 """
 
 from __future__ import annotations

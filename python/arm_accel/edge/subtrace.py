@@ -1,22 +1,10 @@
-"""Trace only the nodes a decomposition call rewrites (issue 17).
+"""Trace only the nodes a decomposition call rewrites.
 
-A ``run_decompositions`` call whose graph holds a few nodes the table decomposes (llama's call
-1: ``transpose``, ``type_as``, ``unbind``, ``stack``, ``repeat_interleave``,
-``_to_dim_order_copy``) re-traces every node to rewrite those few. Here the rewritten nodes are
-copied, with their meta, into a small program whose inputs are the values they read, and stock's
-own ``run_decompositions`` (the same table, the same fake mode, the same CIA override and mode
-stack) traces that program alone. What a node decomposes into depends on its target, its
-arguments, their fake values, the table and the current meta (which the tracer copies into the
-nodes it makes), and all of these are the same in the small program; the replay
-(:func:`arm_accel.edge.decompositions.replay_program`) then grafts the traced nodes where the
-rewritten node stood, with the full program's provenance and sequence number, and drops the
-nodes left without users as the trace's dead-code elimination does. A value that comes out
-of the small trace with another layout (strides, offset) than the graph's would change what the
-nodes reading it compute: that declines (:class:`Declined`), and stock's call runs.
-
-:func:`trace_rewritten` returns, per rewritten node, the traced nodes made for it (in trace
-order) and what each value the rest of the graph reads (the node, or its ``getitem`` users for a
-list) became: a traced node or one of the small program's inputs.
+A call whose graph holds a few nodes the table decomposes re-traces every node to rewrite those
+few. :func:`trace_rewritten` copies the rewritten nodes with their meta into a small program of
+the values they read and traces it with stock's own ``run_decompositions`` (same table, fake mode,
+CIA override and mode stack), for the replay to graft in place. A traced value whose layout
+differs from the graph's declines (:class:`Declined`). Why: design.md, "The re-trace engine".
 """
 
 from __future__ import annotations

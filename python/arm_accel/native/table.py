@@ -402,13 +402,13 @@ def fx_counts(
 
 # -- light export ----------------------------------------------------------------------------
 #
-# The kernels of issue 3 read only the op kinds, target codes and classes, the input/user CSR and
-# the CONSTANT flag. ``export_light`` builds exactly those, with C-level iteration (``map`` over
-# attribute getters, ``np.fromiter``), no per-node Python function calls and no ``meta`` access:
-# the full ``export_table`` walk costs more than these passes' whole stock runs on CI-sized
-# graphs. The other columns are present (Rust validates every table the same way) but empty:
-# rank and dtype -1, no shape rows, no integer arguments. Kernels fed a light table must not read
-# them; ``NodeTable.light`` says which kind a table is.
+# The fusion passes' and the propagation scan's kernels read only the op kinds, target codes and
+# classes, the input/user CSR and the CONSTANT flag. ``export_light`` builds exactly those, with
+# C-level iteration (``map`` over attribute getters, ``np.fromiter``), no per-node Python
+# function calls and no ``meta`` access: the full ``export_table`` walk costs more than these
+# passes' whole stock runs on CI-sized graphs. The other columns are present (Rust validates
+# every table the same way) but empty: rank and dtype -1, no shape rows, no integer arguments.
+# Kernels fed a light table must not read them; ``NodeTable.light`` says which kind a table is.
 
 _CALL_OPS = frozenset(("call_function", "call_method", "call_module"))
 _get_op = operator.attrgetter("op")

@@ -1,4 +1,4 @@
-"""The pipeline-wide re-trace engine (issue 13): every ``ExportPass`` re-trace the Arm pass
+"""The pipeline-wide re-trace engine: every ``ExportPass`` re-trace the Arm pass
 manager runs goes through :func:`accelerated_call`.
 
 - A pass whose re-trace we model (no ``call`` override, or one of :data:`IN_PLACE_CALLERS`, whose

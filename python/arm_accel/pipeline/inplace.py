@@ -1,33 +1,13 @@
 """The in-place re-trace: stock's ``ExportPass`` re-trace, result for result, without rebuilding
 the nodes it would rebuild as they were.
 
-Stock ``_ExportPassBase.call_submodule`` interprets every node of the graph, calls the pass's
-``call_operator`` (or ``call_getitem``, ``placeholder``, ``output``...) with the node's inputs as
-``ProxyValue`` s, and each of those ends in ``_fx``: fake-dispatch the target, create a node in a
-*new* graph, copy the old node's meta onto it and set ``val``/``tensor_meta``. Most calls
-rebuild the node they interpret, with the same target and the same inputs.
-
-Here the pass's own methods run exactly as in stock, on the same interpreter, but the tracer
-writes into the *old* graph, and ``_fx`` recognises the call that rebuilds the node being
-interpreted from the values of its own inputs (same op, same target, same args and kwargs up to
-the inputs' new values). Such a call *claims* the old node instead of creating one:
-
-- its args are re-pointed at the inputs' new nodes (only where an input was rebuilt);
-- its meta becomes what stock writes on the new node (the tracer's fields, then the old meta,
-  then ``val``/``tensor_meta``);
-- its value is fake-dispatched only when it may differ from the one it has: the node's target,
-  args, kwargs and value are those our last re-trace of this graph left (``Freshness``) and every
-  input's value equals the one it had then; otherwise it is dispatched as stock dispatches it.
-
-``ArmPass`` builds quantized ``bmm``/``leaky_relu`` nodes with a method of its own (no dispatch,
-no ``_fx``): stock's method runs, and when it rebuilt the node being interpreted from its own
-inputs, the old node adopts the new one's meta and value (``_adopt``).
-
-Every other call creates a node as stock does, inserted where stock's creation order puts it.
-Afterwards the nodes no call claimed are erased, every node gets the name stock's fresh
-namespace would give it in creation order (torch's own ``_Namespace``), and the graph is wrapped
-in a new ``GraphModule`` as stock wraps its new graph. Any exception before that commit undoes
-every change (``_Journal``) and the caller runs the stock re-trace.
+The pass's own methods run on stock's interpreter, but the tracer writes into the old graph: a
+call that rebuilds the node being interpreted from its own inputs *claims* that node (args
+re-pointed, meta written as stock writes it, the value re-dispatched only when it may differ);
+every other call creates its node as stock does. Then unclaimed nodes are erased, every node is
+named as stock's fresh namespace would name it, and the graph is wrapped in a new
+``GraphModule``. Any exception before that commit undoes every change (``_Journal``) and the
+caller runs the stock re-trace. Why this is stock's result: design.md, "The re-trace engine".
 """
 
 from __future__ import annotations

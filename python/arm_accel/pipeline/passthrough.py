@@ -1,19 +1,9 @@
 """Which operators a pass's re-trace passes through untouched, read from its ``call_operator``.
 
-For a node whose target is an operator (aten or edge), stock's re-trace calls the pass's
-``call_operator``. When that is the base one (``ExportPass`` / ``ArmPass``), or one that opens
-with a test of the operator alone handing it to the base one untouched (:func:`_guard`: the
-guard most passes open with, ``if op not in self.target_ops: return super().call_operator(op,
-args, kwargs, meta)``, or ``if op == X: ... return ...`` before ``return
-super().call_operator(op, args, kwargs, meta)``), with the base one right behind it, the call
-for an operator the test lets through ends in ``_fx`` with the node's own target, args, kwargs
-and meta. The in-place re-trace then claims the
-node directly, skipping the call chain (the interpreter's dispatch on the target, the guard,
-``ArmPass``'s checks, ``ExportPass.call_operator``, the claim test in ``_fx``). The result is the
-same claim; only the Python calls in between are saved.
-
-``ArmPass.call_operator`` builds quantized ``bmm``/``leaky_relu`` nodes by its own rule: those
-always take the pass's own path.
+A ``call_operator`` that is the base one (``ExportPass`` / ``ArmPass``), or that opens with a
+test of the operator alone handing it to the base one (:func:`_guard`), ends in ``_fx`` with the
+node's own target, args, kwargs and meta for the operators the test lets through; the in-place
+re-trace then claims such a node without running the call chain. Same claim, fewer Python calls.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """``ArmPassManager.transform_for_annotation_pipeline`` (``prepare_pt2e``'s Arm passes) run
 inside the re-trace engine's pipeline scope.
 
-The quantizer's ``transform_for_annotation`` runs its passes through a
-``GraphModulePassManager`` directly, not through ``ArmPassManager._transform``, so none of the
-engine served it: every pass recompiled its module (llama4: 135 recompiles, ~40% of the
-pipeline), none of whose code is read before the next. Inside :func:`retrace_engine.arm_pipeline`
-the recompiles are deferred to first use and their code comes from the codegen memo
-(``retrace_engine/deferred.py``, ``codegen.py``), garbage collection runs as in a lowering
-(``collector.lowering``), and the module leaving the pipeline gets its code at the end, as
-``_transform``'s result does. The engine's in-place re-traces decline the pipeline's graphs
-(an unlifted ``ExportedProgram.module()`` holds its parameters as ``get_attr`` nodes, which the
-engine does not model): those re-trace stock, counted under ``"<Pass>.retrace"``.
-
-The patch table's ``quantize.annotation`` row: pinned to the source digest of the method read
-(executorch 1.5.1); installed only where the re-trace engine is; honours
-``switch.is_enabled()`` per call; counted under :data:`STATS_NAME`.
+That pipeline runs its passes through a ``GraphModulePassManager``, not ``_transform``, so it
+recompiled every module (llama4: 135 recompiles, none read before the next). Inside
+:func:`arm_accel.pipeline.engine.arm_pipeline` the recompiles are deferred and memoised, and
+garbage collection runs as in a lowering; the re-traces stay stock (the unlifted graph holds
+parameters as ``get_attr`` nodes, which the in-place re-trace does not model).
 """
 
 from __future__ import annotations

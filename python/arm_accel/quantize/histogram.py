@@ -1,26 +1,10 @@
 """``HistogramObserver._non_linear_param_search`` with its bound walk in Rust.
 
-torchao's pt2e ``HistogramObserver`` (what the Arm quantizers' activation observers are) picks
-its min/max at ``convert_pt2e`` by walking two quantile bounds in steps of 1e-5 over the
-cumulative histogram: up to 10^5 steps of a few 0-dim tensor operations each, in Python. Only
-the steps that move a bin produce a candidate whose quantization error is computed.
-
-:func:`search` is stock's method with that loop handed to the native kernel
-(``rust/quantize/histogram.rs``): the kernel runs the steps up to the next candidate with
-stock's arithmetic (f64 bounds, the bound cast to float32 as torch casts a Python float
-compared with a float32 tensor, IEEE float32 comparisons). Each candidate's error is computed
-term for term natively into a float32 tensor that torch sums (``rust/quantize/error.rs``,
-where the observer's ``_compute_quantization_error`` and ``_get_norm`` are torchao's, else by
-the observer's own method); the accept/stop decision is stock's. Everything before and after
-the loop (the bin width, the total, the cumulative sum, the new min/max) is stock's code on the
-same tensors. See design.md.
-
-Installed in place of torchao's method by the patch table's ``quantize.search`` group (pinned
-to the source digest of the method read; another source stays stock), honouring
-``switch.is_enabled()`` per call, counted in ``arm_accel.stats()`` under :data:`STATS_NAME`
-(candidates' errors under :data:`ERROR_STATS_NAME`). Observers it does not model (a histogram
-that is not a 1-d float32 CPU tensor of ``bins`` bins, a torch function or dispatch mode
-active, a trace by dynamo) run stock's method, counted as declines.
+At ``convert_pt2e`` stock walks two quantile bounds in steps of 1e-5 over the cumulative
+histogram, up to 10^5 steps of 0-dim tensor operations in Python. :func:`search` is stock's
+method with that walk (and each candidate's error, summed by torch) handed to the native
+kernels, stock's arithmetic step for step; the accept/stop decision and everything around the
+loop stay stock's code. Why the min/max are stock's: design.md, "The quantization flow".
 """
 
 from __future__ import annotations

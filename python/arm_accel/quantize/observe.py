@@ -1,31 +1,12 @@
 """``HistogramObserver.forward`` and ``_upscale_histogram`` (calibration) with their per-batch
 work in Rust.
 
-Every calibration batch goes through each activation observer's ``forward``: ``aminmax`` of
-the batch, a dozen 0-dim tensor operations deciding the path, ``torch.histc`` of the batch
-(which enters a parallel region from 200 elements on: on a busy machine each call waits for
-a descheduled thread, milliseconds), and the histogram update. Once calibration has seen a
-few batches most batches stay inside the observed range, where stock's ``forward`` adds
-``torch.histc(x, bins, min_val, max_val)`` to the histogram and changes nothing else.
-
-:func:`forward` takes that path natively (``rust/quantize/observe.rs``): one pass checks that
-every value is finite and inside ``[min_val, max_val]``, a second counts the values as
-``histc`` does, with the bin edges ``histc`` uses (``torch.linspace``'s own first and last edge,
-cached per range), and the sums are written into the histogram with stock's own last two calls
-(``detach_().resize_()``, ``copy_``). Any other batch (the first one, or one widening the
-range) runs stock's ``forward`` statement for statement (:func:`observe`) with its
-``torch.histc`` native (the first batch's ``reset_histogram`` inlined where it is the source
-modelled); infinities, NaN and empty ranges run stock's ``forward`` itself.
-
-When the range grows stock's ``forward`` runs, and its ``_upscale_histogram`` (the old
-histogram re-bucketed into the new range: 32768 binary searches and a weighted ``bincount``)
-is :func:`upscale_histogram`: stock's code with ``bucketize`` and ``bincount`` native, the
-``linspace`` calls torch's own (their values depend on torch's vector width and threads).
-
-Both are the patch table's ``quantize.observe`` rows (pinned to the source digests of the
-methods read, torchao 0.18, and the C++ kernels read on torch 2.13), honour
-``switch.is_enabled()`` per call and are counted in ``arm_accel.stats()``
-(:data:`FORWARD_STATS_NAME`, :data:`UPSCALE_STATS_NAME`).
+A batch inside the observed range only adds ``torch.histc(x, bins, min_val, max_val)`` to the
+histogram: :func:`forward` counts it natively with ``histc``'s own bin edges and writes the sums
+back with stock's last two calls. Other batches run stock's ``forward`` statement for statement
+(:func:`observe`) with ``histc`` native; :func:`upscale_histogram` is stock's re-bucketing with
+``bucketize`` and ``bincount`` native. Why the histograms are stock's: design.md, "The
+quantization flow".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Recompiles of graphs whose code is already known.
 
-Each pass of the Arm pipeline recompiles its graph module two or three times (the re-trace's new
-``GraphModule``, the pass manager, the pass adapter), and most passes leave the graph as it was,
-so most recompiles regenerate the very source they generated before. ``Graph.python_code`` is
-memoised per graph on what the generated source is made of (``source_key``: every node by
-identity with its name, op, target, args and kwargs containers by identity, type annotation,
-and the meta the code generator reads: its comments, ``is_wrapped``, and from torch 2.14.0 on
-``autograd_backward`` and ``boxed_arg_indices``), and the compiled
-``forward`` on the source and its globals. Anything else (another code generator, a verbose or
-profiler-instrumented request, ``FX_GRAPH_SHOW_META``, whose comments hold every meta value,
-unhashable targets) is generated as stock generates it.
-
-What the key holds is what ``CodeGen._gen_python_code`` reads, pinned to the sources read
-(:data:`GENERATOR_SOURCES`): with another source every ``python_code`` is stock's and no
-recompile is deferred (``deferred.deferrable``)."""
+Each pass of the Arm pipeline recompiles its module two or three times, mostly regenerating the
+source it generated before. ``Graph.python_code`` is memoised per graph on what the source is
+made of (:func:`source_key`), and the compiled ``forward`` on the source and its globals. The
+key is what the code generator reads, pinned to the sources read (:data:`GENERATOR_SOURCES`):
+with another source every ``python_code`` is stock's and no recompile is deferred.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """The garbage collector during the stages arm-accel serves.
 
-A lowering allocates millions of objects while a large heap stays alive (the programs and their
-graphs, torch's own modules, the user's model), and each full collection walks all of it: about
-4 s of an accelerated llama8 lowering (13%, ``benches/RESULTS.md``). Inside :func:`lowering`
-(the edge stage, ``EdgeProgramManager.to_backend`` and the Arm pass pipeline, see :func:`scoped`)
-the objects alive on entry are frozen (``gc.freeze``: they are not walked again, and they were
-alive, so nothing collectable is kept) and full collections run less often (the oldest
-generation's threshold raised to :data:`OLD_GENERATION_THRESHOLD`); both are put back when the
-outermost scope ends. Young garbage is collected as usual. Garbage that reached the oldest
-generation waits for the next full collection, at most about 700,000 allocations later.
-
-Collection order does not change what a pass computes: the graphs, values and bytes are the same
-(the equality tests run through these scopes). Off with acceleration (``ARM_ACCEL=0``,
-``disabled()``), when the collector is disabled, or when objects are already frozen (the
-process's own ``gc.freeze``, which ``gc.unfreeze`` would undo).
+Each full collection walks the whole live heap (programs, graphs, torch's modules): about 4 s of
+an accelerated llama8 lowering. Inside :func:`lowering` (the edge stage, ``to_backend``, the Arm
+pipeline) the objects alive on entry are frozen and the oldest generation's threshold is raised
+to :data:`OLD_GENERATION_THRESHOLD`; the outermost scope puts both back. Off with acceleration,
+with the collector disabled, or when the process froze objects itself (design.md, "The garbage
+collector during a lowering").
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
-"""Recompiles deferred until their code is used (issue 13).
+"""Recompiles deferred until their code is used.
 
-Inside the Arm pipeline ``GraphModule.recompile()`` runs after every pass (the re-trace's new
-module, the pass manager, the pass adapter) and generates the module's source and compiles its
-``forward``; the next pass edits the graph and recompiles again, and nothing in between reads
-the code (llama4 INT: 204 recompiles in the pipeline, none read before the next). Here a
-recompile does at once what is cheap (the pytree specs, the call wrapper) and records what the
-code would be generated from: the :class:`Snapshot`, i.e. the codegen's inputs
-(:func:`codegen.source_key`: every node's name, op, target, args/kwargs containers, type
-annotation and the meta the generator writes; the code generator and its pytree info; the
-``co_fields``). The code is generated, exactly as stock's recompile would have generated it at
-that moment, on first use: ``forward`` (instance or class), ``_code`` / ``code`` / ``str()``,
-``_lineno_map``, ``_prologue_start``, pickling, the value ``recompile()`` returned, and for
-the module leaving the pipeline (``ArmPassManager._transform``'s result, the program of
-``_generate_edge_program``) at its end, so that what a user gets back is as stock's, down to the
-module's ``__dict__``. Nothing else reads them: an intermediate module whose code is never used
-never has it generated (llama4: none of the 204). When the graph
-still matches the snapshot the code comes from the graph; when it was edited since without a
-recompile (stock's code would be the old one) it comes from a copy of the graph rebuilt from
-the snapshot.
-
-Declined, stock at once: outside the pipeline or with acceleration off, GraphModule subclasses
-(but torch.export's ``_StatefulGraphModule``, which ``ExportedProgram.module()`` returns),
-modules with GraphModule children (stock recompiles those too), other code generators,
-``FX_GRAPH_SHOW_META`` (its comments hold every meta value), profiler metadata and a torch
-whose code generator is not a source read (``codegen.generator_modelled``).
-
-One difference, on error paths only: a graph whose code cannot be generated (stock's recompile
-raises) raises when its code is first used, or not at all when a later recompile supersedes it.
+Inside the Arm pipeline and the edge stage's calls nothing reads a module's code between one
+recompile and the next (llama4: 204 recompiles, none read). A recompile here does the cheap part
+at once (pytree specs, call wrapper) and keeps a :class:`Snapshot` of what the code would be
+generated from; the code is generated on first use (``forward``, ``code``, pickling, ...) or when
+the module leaves the pipeline, as stock's recompile would have generated it then. Declines and
+the one error-path difference: design.md, "The re-trace engine".
 """
 
 from __future__ import annotations
@@ -89,7 +68,9 @@ def _deferrable_bases() -> tuple[type, ...]:
 
 
 def deferrable(gm: fx.GraphModule) -> bool:
-    """Whether a recompile of ``gm`` may be deferred (see the module docstring)."""
+    """Whether a recompile of ``gm`` may be deferred: a plain ``GraphModule`` (or torch.export's
+    ``_StatefulGraphModule``) without GraphModule children, a code generator modelled, no meta
+    shown in the code (``FX_GRAPH_SHOW_META``), no profiler metadata."""
     cls = type(gm)
     # Every GraphModule has a class of its own (``GraphModule.__new__``), named by __init__.
     if cls.__qualname__.split(".")[-1] != "GraphModuleImpl" or (

@@ -1,42 +1,11 @@
-"""Fake values remembered per fake mode: of the operators ``FakeTensorMode`` never caches, and
-(in the in-place re-trace) of the ``aten`` calls its cache serves.
+"""Fake values remembered per fake mode, so a repeated operator call skips its fake kernel.
 
-``FakeTensorMode``'s dispatch cache serves ``aten``/``prims`` operators only: every other
-operator (``quantized_decomposed``, the ``tosa`` dialect) runs its fake kernel on every call
-("non-builtin" bypass), and in an INT graph most nodes are such operators. Their cost is most
-of what the in-place re-trace still dispatches (the first re-trace of the edge stage, the passes
-that insert rescales or lower to TOSA).
-
-The kernels remembered here (:data:`OPERATORS`) are pure: each reads its arguments' metadata
-and values and, for ``tosa``, the lowering context's TOSA specification, then raises or returns
-one new dense tensor (``torch.empty_like`` / ``torch.empty``; read in executorch 1.5.1 and torch
-2.13: no logging, no state, no symbols for static shapes; ``MATMUL`` dispatches an ``aten.bmm``
-inside, which only fills ``FakeTensorMode``'s cache). So the value of a call is a function of
-:func:`_key` (the metadata of every tensor argument, every other argument the kernel reads by
-type and exact value, the specification, the default dtype and device, grad and inference
-mode) and is remembered as the metadata of the tensor it returned. A later call with the same
-key gets a new fake tensor with that metadata, made as ``FakeTensorMode`` makes the output of
-one of its own cache hits, instead of running the kernel again.
-
-A call is remembered only when its result is what the reconstruction gives: a plain fake tensor
-of this mode, not a view, not aliasing an input, no constant, static shape, not requiring grad,
-the autograd sequence number untouched, and a tensor rebuilt from the metadata equal to it
-(shape, strides, offset, dtype, device, layout, storage size). Anything else (another operator,
-an argument the key does not model, a real tensor, a symbol, a mode propagating real tensors,
-whose outputs carry one) is dispatched as stock dispatches it. On only inside the in-place
-re-trace (its interpreter), so only with acceleration on.
-
-``aten`` operators are cached by ``FakeTensorMode`` itself, but a cache hit still computes the
-cache key (every argument's full metadata) and rebuilds the output from the entry: most of what
-the in-place re-trace still dispatches on a graph before ``ExirToTosaPass``. The interpreter
-remembers such a call with the key stock's cache computed for it (captured from
-``FakeTensorMode._cache_key`` during the call) and the entry stock's cache holds under it, and
-serves it while that same entry is still in stock's cache: exactly the cache hit stock would
-make, since every input of stock's key is in the memo's (tensor metadata including storage size
-and inference flag, arguments by type and value, default dtype and device, inference mode, the
-mode's shape environment being the memo's own, whether a proxy mode traces). The output is made
-as the hit makes it. Not views (the hit's output shares the input's storage), not tuples, not
-calls stock's cache bypasses, not a mode with the cache off or cross-checking it.
+Two kinds of call are served: operators ``FakeTensorMode`` never caches (``quantized_decomposed``,
+the ``tosa`` dialect: most nodes of an INT graph), whose kernels are pure for static shapes, by
+:func:`_key`; and, inside the in-place re-trace, ``aten`` calls, while the entry stock's own
+cache holds under stock's key is still there. A served call gets a new fake tensor made as a
+cache hit's output; anything not modelled is dispatched as stock dispatches it. Why the values
+equal stock's: design.md, "The re-trace engine".
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Provenance records that share their ancestors instead of deep-copying them.
 
-``NodeSource(node, ...)`` (torch/fx/traceback.py) stores ``copy.deepcopy(node.meta["from_node"])``:
-every re-trace copies every node's whole provenance chain, which grows by two levels per
-``run_decompositions`` call (a fifth to two fifths of each call of the edge stage). Inside
-:func:`sharing` the new record holds a fresh list of the same ``NodeSource`` objects instead:
-the same values (``to_dict``, ``==``, serialization), other identities. That is exact because
-nothing mutates a ``NodeSource`` after construction: torch and executorch write ``from_node``
-only by assigning a new list to ``node.meta`` or appending to a node's own top-level list
-(``GraphTransformObserver``), and the list each record holds is its own. A chain whose list
-holds anything but ``NodeSource`` objects is deep-copied as stock does.
-
-The switch is per thread: another thread's ``NodeSource`` calls stay stock.
-
-The patch table's ``edge.provenance`` row pins ``NodeSource``: torch 2.13 and 2.14.0 deep-copy
-the chain, and the constructor is wrapped; torch 2.15.0's shares the records itself (a fresh
-list of the same objects, what :func:`sharing` makes), and the row is stock by design.
+Inside :func:`sharing` (this thread) a new ``NodeSource`` holds a fresh list of the same ancestor
+records where stock's deep-copies the node's whole chain, which every re-trace of the edge stage
+copies again. Equal values, other identities; exact because nothing mutates a ``NodeSource``
+after construction (design.md, "The re-trace engine"). torch 2.15.0 shares the records itself:
+the patch table's ``edge.provenance`` row stays stock there.
 """
 
 from __future__ import annotations

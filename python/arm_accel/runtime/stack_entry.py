@@ -1,4 +1,4 @@
-"""The caller's stack entry without formatting the whole stack (issue 13).
+"""The caller's stack entry without formatting the whole stack.
 
 ``ArmPass.call_operator`` (for every node a pass rebuilds with ``updated=True``) and
 ``arm_pass_utils.create_node`` append ``traceback.format_stack()[-2]`` to the node's

@@ -1,4 +1,5 @@
-"""Replaying captured inputs of the issue-3 passes through stock and accelerated classes.
+"""Replaying captured inputs of the four view/permute fusion passes through stock and
+accelerated classes.
 
 Shared by ``benches/fusion_passes.py`` and the differential tests: which accelerated class
 stands for which stock pass, the capture of a real lowering (the Arm passes the pass manager
@@ -119,7 +120,7 @@ def capture_nested() -> Iterator[list[capture.Captured]]:
 
 def capture_lowering(name: str) -> tuple[list[capture.Captured], str]:
     """Lower zoo model ``name`` with stock passes once; return every captured input of the
-    issue-3 passes (Arm and nested) and the lowering mode ("INT" or "FP")."""
+    fusion passes (Arm and nested) and the lowering mode ("INT" or "FP")."""
     import torch
 
     torch.manual_seed(0)

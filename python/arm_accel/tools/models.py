@@ -104,7 +104,7 @@ def build_convnet(seed: int = 0) -> tuple[torch.nn.Module, tuple[torch.Tensor, .
     return model, (torch.randn(1, 3, 32, 32),)
 
 
-# Small decoder LLMs from ``transformers`` configs (issue 13): model type -> config overrides on
+# Small decoder LLMs from ``transformers`` configs: model type -> config overrides on
 # top of HF_COMMON. Gemma-2's head_dim defaults to 256, so it is pinned to hidden / heads.
 HF_FAMILIES: dict[str, dict[str, Any]] = {
     "qwen2": {},

@@ -1,33 +1,13 @@
 """Per-pass profiling of an ExecuTorch lowering, shared by ``arm-accel profile``, ``arm-accel
 demo`` and ``benches/lowering.py``.
 
-How it hooks in
----------------
-Every pass the Arm pass manager runs is a ``torch.fx`` ``PassBase`` instance; Arm passes derive
-from ``ArmPass``, whose ``__call__`` replaces ``PassBase.__call__``. ``ArmPassManager`` wraps each
-graph pass in ``_ExportedProgramGraphPassAdapter`` (an ``ExportedProgramPassBase``) that also
-recompiles the graph and updates the signature after the pass. The profiler wraps, at class
-level and only while it is active:
-
-* ``PassBase.__call__``, ``ArmPass.__call__`` and ``ExportedProgramPassBase.__call__``: one
-  *pass* frame per call (the adapter's frame is named after the pass it wraps, so the
-  recompile it does is charged to that pass);
-* ``_ExportPassBase.call``: one *re-trace* (the ``ExportPass`` interpreter re-tracing the whole
-  graph), charged to the innermost running pass;
-* the lowering phases that are not passes: ``to_edge_transform_and_lower`` / ``to_edge`` /
-  ``EdgeProgramManager.to_backend`` (the lowering entry points), ``run_decompositions``,
-  ``TOSAPartitioner.partition``, ``TOSABackend.preprocess`` and
-  ``ArmPassManager.transform_to_backend_pipeline``: *phase* frames, shown in parentheses;
-* what the entry points do between them (:data:`LOWERING_PARTS`): the verifiers (and apart,
-  the edge dialect's dtype check, which runs the whole graph on fake values), the construction
-  of programs, constant lifting, ``to_backend``'s fake program copy, partition submodules and
-  copies for preprocess, the code generation of deferred recompiles. ``(lowering: other)`` is
-  what is left of the entry points' own time.
-
-Seconds are **exclusive**: a frame's time minus the time of the frames nested in it, so the
-rows add up to the total profiled time without double counting, and the rows of the lowering
-add up to the measured wall time of the lowering calls. ``inclusive`` is kept as well (counted
-once per outermost call of a name).
+While active, the profiler wraps at class level the passes' ``__call__`` (``PassBase``,
+``ArmPass``, the pass adapter, which is charged to the pass it wraps: one *pass* frame each),
+``_ExportPassBase.call`` (a *re-trace*, charged to the innermost pass), the lowering phases that
+are not passes (*phase* frames, in parentheses) and what the entry points do between them
+(:data:`LOWERING_PARTS`; ``(lowering: other)`` is the rest of their own time). Seconds are
+exclusive (a frame's time minus its nested frames'), so the rows add up to the lowering's wall
+time; ``inclusive`` counts once per outermost call of a name.
 """
 
 from __future__ import annotations

@@ -1,46 +1,9 @@
-"""Building blocks for accelerated passes: switch handling, stats, and safe fallback.
+"""Building blocks for accelerated passes: plan, then edit through a journal, else stock.
 
-The contract (issue 5, "Safety"): never mutate the graph until the Rust plan has succeeded; if
-applying an edit fails anyway, leave the graph exactly as the stock pass would have received it and
-run the stock pass; warn once per pass and reason.
-
-How to write an accelerated pass::
-
-    from executorch.backends.arm._passes.foo_pass import FooPass
-    from arm_accel.pipeline.passes.base import AcceleratedPass, Decline
-
-    class AcceleratedFooPass(AcceleratedPass, FooPass):   # AcceleratedPass FIRST
-        def accel_plan(self, graph_module):
-            # Pure: read the graph, ask Rust for a plan. Do not touch the graph here.
-            # raise Decline("reason") to run the stock pass instead.
-            ...
-        def accel_apply(self, graph_module, plan, journal):
-            # Mutate ONLY through ``journal`` (see GraphJournal); return what ``call`` returns.
-            ...
-            return PassResult(graph_module, modified)
-
-and declare it as a ``ClassSwap`` row of the patch table's ``passes`` group
-(:mod:`arm_accel.patches.table`), with the stock sources it models.
-
-``AcceleratedPass.call`` then:
-
-- runs the stock ``call`` when :func:`arm_accel.control.switch.is_enabled` is False
-  (``ARM_ACCEL=0``, ``arm_accel.disable()``, ``with arm_accel.disabled():``);
-- runs ``accel_plan``; a :class:`Decline` or any exception there means stock fallback (the graph
-  has not been touched);
-- runs ``accel_apply`` with a fresh :class:`GraphJournal`, then commits it; any exception there
-  rolls the journal back (graph, node order, metadata and node-name counters restored) and runs the
-  stock ``call`` on the restored graph;
-- records calls / accelerated runs / fallbacks with reasons / re-traces (``self.note_retrace()``)
-  / seconds in :mod:`arm_accel.control.counters` under the stock class name;
-- with ``ARM_ACCEL_STRICT=1`` (:func:`arm_accel.control.switch.strict`) an exception other than a
-  :class:`Decline` is re-raised after the rollback instead of falling back (the test suite runs
-  strict, so a bug cannot hide behind a silent fallback).
-
-Stock behaviour is ``StockClass.call(self, gm)``, with ``StockClass`` the first non-accelerated
-class in the MRO. For it to be *pure* stock behaviour the accelerated class must not override the
-stock methods ``call`` relies on (``call_operator``, ``targeted_ops``...); put new helpers under new
-names (``accel_*`` / ``_accel_*``).
+:class:`AcceleratedPass` touches the graph only once its plan has succeeded; an edit that fails
+anyway is rolled back by the :class:`GraphJournal` and the stock pass runs on the graph it would
+have received, counted in ``arm_accel.stats()`` with the reason. Why the fallback is exactly
+stock's: design.md, "The view/permute passes".
 """
 
 from __future__ import annotations
@@ -322,7 +285,17 @@ def _stats_name(obj: Any) -> str:
 
 
 class AcceleratedPass:
-    """Mixin for accelerated passes; list it FIRST among the bases (see the module docstring)."""
+    """Mixin for accelerated passes; list it first among the bases.
+
+    ``class AcceleratedFooPass(AcceleratedPass, FooPass)`` defines ``accel_plan`` (reads the
+    graph, plans; ``raise Decline(reason)`` runs stock) and ``accel_apply`` (edits only through
+    the journal), and is declared as a ``ClassSwap`` row of the patch table's ``passes`` group.
+    ``call`` runs stock when the switch is off; otherwise plans (a decline or an exception: stock
+    on the untouched graph), applies and commits (an exception: rollback, then stock; re-raised
+    under ``ARM_ACCEL_STRICT=1``), and counts calls, fallbacks, re-traces and seconds under the
+    stock class name. Helpers take new names (``accel_*``) so the stock methods ``call`` relies
+    on stay stock's.
+    """
 
     #: Stats key; defaults to the stock class name.
     accel_name: ClassVar[str | None] = None

@@ -1,4 +1,4 @@
-"""Accelerated ``CanonicalizeViewCopyPermutePass`` (issue 3).
+"""Accelerated ``CanonicalizeViewCopyPermutePass``.
 
 Stock collects the linear view/permute chains with ``list.pop(0)`` and ``list.remove``, which is
 quadratic in the number of view/permute nodes. Here the chains come from one Rust scan over the

@@ -1,33 +1,11 @@
-"""Accelerated ``FuseDuplicateUsersPass`` (issue 3).
+"""Accelerated ``FuseDuplicateUsersPass``.
 
-Stock queues every node as a producer, and re-queues the producer and the surviving user after
-every single fusion, without dedup; each visit groups the producer's users by target and builds
-a signature of every grouped user. Here:
-
-- The producers are screened once. A visit can only fuse when two ``call_function`` users share
-  a non-excluded target key (stock's ``str(target)``) and an equal signature. On graphs with at
-  least ``NATIVE_MIN_PRODUCERS`` multi-user nodes, Rust interns each user's signature from
-  a token stream of its arguments (``signature_tokens``; ``_native.user_signatures``) and keeps
-  the producers with two equal codes in one group, or with a user whose arguments it does not
-  model (Python answers for those). Below that, the screen is by target key, in Python: the
-  table export and the native call cost more than they save there.
-- The initial sweep visits only the screened producers, plus any node whose users changed
-  since (a fused representative gains users; the inputs of a rewired consumer see its new
-  arguments).
-- Revisits keep stock's queue order, but a queued producer whose neighbourhood has not changed
-  since a visit of it that fused nothing is skipped: that visit would see the same users, the
-  same arguments, and fuse nothing again. Every edit bumps a version on the nodes whose visit it
-  can affect (the inputs of the erased user, of each rewired consumer, and the representative).
-- Visits compare codes: the Rust ones where every user of a group has one and its arguments
-  have not changed since the export; on the Python screen, token tuples encoded when first
-  needed and kept until the user's arguments change (stock rebuilds every signature on every
-  visit). A group holding a user the tokens do not model uses stock's own signatures, for the
-  whole group. Stock's target keys (``str(target)``, formatted per user per visit in stock)
-  are memoized across calls.
-
-All rules only skip visits that are no-ops in stock, so the fusions happen in stock's order and
-the graph equals stock's. One ``ExportPass``/``ArmPass`` re-trace when modified, none otherwise;
-no ``recompile()``.
+Stock queues every node as a producer and re-queues after every fusion, rebuilding every user's
+signature on each visit. Here producers are screened once (Rust-interned signature codes on
+large graphs, target keys below ``NATIVE_MIN_PRODUCERS``), a revisit of an unchanged
+neighbourhood that fused nothing is skipped, and signatures are compared as codes. Only no-op
+visits are skipped, so the fusions happen in stock's order (design.md, "The view/permute
+passes"). One re-trace when modified, none otherwise; no ``recompile()``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
-"""Accelerated ``FuseIdenticalInputTransformsPass`` (issue 3).
+"""Accelerated ``FuseIdenticalInputTransformsPass``.
 
-Where stock spends its time (profiled on the captured llama1 INT graph, one call, 164 nodes):
-over 95% is the closing ``ExportPass``/``ArmPass`` re-trace when something was sunk; the
-rest is the fixed point over ``list(graph.nodes)``, repeated until an iteration sinks nothing,
-plus ``NormalizeTransformInputPlaceholdersPass``, which walks every node to find placeholders.
-
-Only ``call_function`` nodes whose target is in ``target_ops`` can sink anything (stock's
-``_sink_identical_input_transforms`` returns False for every other node, and sinking never
-creates, erases or retargets such a node), so each iteration here visits exactly those nodes,
-found through the graph's own (op, target) index in O(matches) rather than by walking the
-graph; the placeholder normalisation likewise visits only placeholders. The sinking itself is
-stock's code, run on the same nodes in the same order, so the graph equals stock's. A Rust
-kernel was not worth it: once the walk visits only candidates, each visit is a handful of
-attribute reads, and exporting them to a table would cost as much as the visit.
-
-One re-trace when modified, none otherwise, and no ``GraphModule.recompile()`` (stock's
-transforms variant recompiles before its re-trace and its placeholder normalisation recompiles
-after a rename; the re-trace reads the graph, not the generated code).
-
-Declines (stock runs): a string among the target or transform targets (other op kinds could
-then match it).
+Each fixed-point iteration visits only the ``call_function`` nodes whose target is in
+``target_ops`` (the only ones that can sink anything), found through the graph's (op, target)
+index, and runs stock's sinking on them; the placeholder normalisation visits placeholders only.
+One re-trace when modified, none otherwise, no ``recompile()``. Declines (stock runs): a string
+among the target or transform targets (other op kinds could then match it).
 """
 
 from __future__ import annotations

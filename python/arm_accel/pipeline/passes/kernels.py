@@ -1,4 +1,4 @@
-"""The plan step the issue-3 passes share: run one kernel on an exported node table and turn
+"""The plan step the fusion passes share: run one kernel on an exported node table and turn
 its ValueError (a table or graph it does not model) into a :class:`Decline`."""
 
 from __future__ import annotations

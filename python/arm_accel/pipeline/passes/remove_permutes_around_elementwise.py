@@ -1,18 +1,9 @@
-"""Accelerated ``RemovePermutesAroundElementwiseTosaOps`` (issue 3).
+"""Accelerated ``RemovePermutesAroundElementwiseTosaOps``.
 
-The walk (``visit``) asks ``_is_constant`` about every input it reaches. Here constant
-membership is one bitset per call, built in Rust from the table's CONSTANT flags (get_attr nodes
-and the graph signature's parameters, buffers and lifted constants, the same union the Arm
-class builds); the stock name-prefix and ``full`` rules still apply on top. The scan, the walk
-and every rewrite are stock's code; the difference is the end: stock calls
-``GraphModule.recompile()`` before its re-trace, which the re-trace does not need, so this
-class hands off to the one ``ExportPass`` re-trace directly (none when nothing changed).
-
-No permute node (found through the graph's (op, target) index): nothing to do, no table.
-Otherwise the scan visits the permute nodes only, and the constant table covers only the
-placeholders and get_attr nodes (the only nodes the CONSTANT flag can mark).
-
-Declines (stock runs): no exported program for the Arm class (stock would fail on it too).
+The walk's constant test reads one bitset per call, built in Rust from the table's CONSTANT
+flags (the union of constants the Arm class builds); the scan, the walk and every rewrite are
+stock's code. No ``recompile()`` before the one re-trace (none when nothing changed); no table
+when the graph has no permute. Declines (stock runs): no exported program for the Arm class.
 """
 
 from __future__ import annotations

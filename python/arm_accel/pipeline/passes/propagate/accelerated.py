@@ -1,37 +1,10 @@
 """Accelerated ``PropagateViewCopyPermute{Down,Up}Pass`` (Arm/TOSA configuration).
 
-Same decisions as stock -- the native scan planner (below) or stock's own ``_propagate`` --
-but the whole-graph re-trace stock runs after each scan only to refresh ``meta["val"]`` is
-replaced by a virtual re-trace (``retrace.VirtualRetracer``): DCE, recompute the
-values of edited nodes and of nodes downstream of a changed value, and put every ``users`` dict
-in graph order. The re-traces the in-loop fusions end with are virtual too, and the fusions
-themselves are our accelerated ``backends.transforms`` variants (``Base*`` in
-``arm_accel.pipeline.passes``) where stock runs the stock ones. One real re-trace runs at the
-end, exactly where stock's last one runs, so the returned graph module is a freshly traced one
-like stock's.
-
-Declines (stock pass runs, ``counters.record_fallback``): symbolic shapes, no fake tensors. If a
-virtual re-trace meets something it does not model, that step falls back to a real re-trace,
-which is what stock does at that point.
-
-Scans are planned natively (``scan_plan.py`` over ``rust/propagate/``) in runs: one
-export of the node table, then every scan to the fixed point in Rust, with what stock's re-trace
-between two scans changes (DCE, users in graph order, the recomputed shapes) modelled on the
-table (``rust/propagate/run.rs``). Python applies each scan's edits with stock's own edit
-methods, mirrors the modelled re-trace (erase, reorder users, ``new_empty`` values) and runs one
-virtual re-trace at the end of the run, which also checks the modelled values. A run ends early
-where a value is not modelled (Python re-traces and plans on); the first scan of a call runs
-alone when the call's input values may be stale. A first scan the planner cannot decide
-exactly is declined before any edit (``counters.record_scan``) and stock's walk runs it
-(``_python_scan``).
-
-Transactional like the fusion passes: the call checkpoints the graph it receives
-(``GraphJournal.checkpoint``); any exception while planning, applying, re-tracing (virtually or
-really) or in an in-loop fusion, and any value, DCE or users order the between-scan model got
-wrong (checked at every run that read modelled values, early stops included), rolls the graph
-back to exactly what the call received (names and namespace counters included) and runs the
-stock pass, counted in ``stats()`` with the stage (``plan failed: ...``, ``misprediction``...).
-``ARM_ACCEL_STRICT=1`` raises instead.
+Stock's decisions (planned natively in runs of scans, :mod:`.scan_plan`, or stock's own walk),
+with the whole-graph re-trace stock runs after each scan replaced by a virtual one
+(:mod:`.retrace`) and one real re-trace at the end, where stock's last one runs. Transactional:
+any exception or misprediction rolls back to the graph the call received and runs the stock
+pass. Why the result is stock's: design.md, "The view/permute passes".
 """
 
 from __future__ import annotations

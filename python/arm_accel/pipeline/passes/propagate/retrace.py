@@ -1,26 +1,11 @@
 """Virtual re-trace: what an ``ExportPass`` re-trace changes that later decisions read, and
 nothing else.
 
-Stock's view/permute propagation re-traces the whole graph (DCE + lint + ``ExportPass.call``)
-after every scan, only to refresh ``meta["val"]``. A re-trace rebuilds every node front to back
-by fake-executing its target. What later scans and fusions can observe of that is:
-
-1. the DCE;
-2. ``meta["val"]`` of every node, recomputed from its inputs' values;
-3. every node's ``users`` dict in graph order (a re-trace creates users front to back);
-4. node names and provenance: the re-trace renames every node afresh (nodes created after it
-   draw their names from that name space) and gives nodes without a ``from_node`` one naming
-   the node as it is then, which the graph after the pass carries
-   (:func:`mirror_names_and_provenance`; the long fuzz run, session 6, found a node created by
-   a scan and retargeted by the in-loop canonicalization before the closing re-trace);
-5. arg containers (decisions accept lists and tuples alike), which need no emulation.
-
-``VirtualRetracer`` reproduces 1-4 incrementally: it snapshots each node's ``args``/``kwargs``
-objects (fx replaces them on every edit), and after the edits recomputes ``meta["val"]`` only for
-new or edited nodes and for nodes downstream of a value whose shape, dtype or strides changed,
-exactly as ``ExportPass``/``ArmPass.call_operator`` compute it. Anything it does not model raises
-``VirtualRetraceUnsupported`` and the caller falls back to a real re-trace, which is what stock
-does at that point anyway.
+Stock's propagation re-traces the whole graph after every scan, only to refresh ``meta["val"]``.
+:class:`VirtualRetracer` reproduces incrementally what later scans and fusions read of that:
+the DCE, the values of edited nodes and of those downstream of a changed value, every ``users``
+dict in graph order, names and provenance (:func:`mirror_names_and_provenance`). Anything it
+does not model raises ``VirtualRetraceUnsupported`` and a real re-trace runs, as stock's would.
 """
 
 from __future__ import annotations

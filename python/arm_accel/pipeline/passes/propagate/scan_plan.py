@@ -1,18 +1,10 @@
 """Propagation scans decided in Rust (``rust/propagate/``), applied here with stock's edits.
 
-Stock's scan is ``for node in graph order: skip stale; if target in _targets and has users:
-_propagate(node, stale)``, and after every modifying scan a re-trace. ``run_scans`` exports the
-graph once to the node table plus the planner's own columns (per-target pass configuration,
-per-node special dtype, argument form, purity), asks the native planner for a run of scans to
-the fixed point -- each scan's ordered edit list and, between scans, what the re-trace changes
-that the next scan reads (``mirror_retrace``: DCE, users in graph order, new shapes) -- and
-applies them in order: ``args`` rewrites exactly as stock builds them, moves, fork splits and cat
-fan-outs through the pass's own (stock) methods. When the planner declines the first scan -- an
-argument form the table does not carry, a rule not ported, a place where stock raises --
-nothing was edited and the caller runs stock's walk for that scan.
-
-Only passes whose decision methods are exactly stock's (the Arm TOSA configuration or the
-backend-neutral one) are planned: a subclass overriding a rule declines every scan.
+:func:`run_scans` exports the graph once (the node table plus the planner's columns), asks the
+native planner for a run of scans to the fixed point, with what the re-trace between two scans
+changes modelled (``mirror_retrace``), and applies each scan's edits with the pass's own
+methods. A first scan the planner declines has edited nothing: the caller runs stock's walk.
+Only passes whose decision methods are exactly stock's are planned.
 """
 
 from __future__ import annotations
