@@ -571,6 +571,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    """The ``arm-accel`` parser: one sub-command per ``_COMMANDS`` row."""
     parser = argparse.ArgumentParser(
         prog="arm-accel",
         description="Faster lowering for ExecuTorch's Arm backend (TOSA / Ethos-U), output "
@@ -578,8 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"arm-accel {our_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for command in _COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        command.options(p)
+        p.set_defaults(fn=command.run)
+    return parser
 
-    p = sub.add_parser("info", help="versions found and whether acceleration is active")
+
+def _info_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-import",
         action="store_true",
@@ -591,15 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print versions, arm_accel.status() and the ARM_ACCEL* environment as JSON",
     )
-    p.set_defaults(fn=cmd_info)
 
-    p = sub.add_parser(
-        "check-pins",
-        help="which patch table rows another torch/executorch would keep stock",
-        description="Read every source the patch table pins from another installation (its "
-        "interpreter) or from source trees, without importing it, and list the rows and "
-        "models that would stay stock there.",
-    )
+
+def _check_pins_options(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--python", help="the interpreter of another installation")
     where.add_argument(
@@ -608,9 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--torch", help="with --tree: the torch version the tree is")
     p.add_argument("--executorch", help="with --tree: the executorch version the tree is")
     p.add_argument("--json", action="store_true", help="one JSON list instead of the text")
-    p.set_defaults(fn=cmd_check_pins)
 
-    p = sub.add_parser("demo", help="lower the bundled model stock and accelerated")
+
+def _demo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
@@ -644,14 +645,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show upstream warnings (filtered by default) and Vela's network summaries",
     )
-    p.set_defaults(fn=cmd_demo)
 
-    p = sub.add_parser(
-        "profile",
-        help="run a lowering script and time every pass",
-        description="Run SCRIPT.py unchanged and print a per-pass table (seconds are exclusive "
-        "of nested passes). Options go before SCRIPT; everything after it is the script's.",
-    )
+
+def _profile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=25, help="rows to print (0: all)")
     p.add_argument("--csv", help="write every row to this CSV file")
     p.add_argument(
@@ -665,8 +661,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=cmd_profile)
-    return parser
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name, help line and description, options and the function run."""
+
+    name: str
+    help: str
+    options: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+_COMMANDS = (
+    Command("info", "versions found and whether acceleration is active", _info_options, cmd_info),
+    Command(
+        "check-pins",
+        "which patch table rows another torch/executorch would keep stock",
+        _check_pins_options,
+        cmd_check_pins,
+        "Read every source the patch table pins from another installation (its interpreter) "
+        "or from source trees, without importing it, and list the rows and models that would "
+        "stay stock there.",
+    ),
+    Command("demo", "lower the bundled model stock and accelerated", _demo_options, cmd_demo),
+    Command(
+        "profile",
+        "run a lowering script and time every pass",
+        _profile_options,
+        cmd_profile,
+        "Run SCRIPT.py unchanged and print a per-pass table (seconds are exclusive of nested "
+        "passes). Options go before SCRIPT; everything after it is the script's.",
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
