@@ -375,21 +375,32 @@ def replay_program(
     their place. ``swapped`` names
     the nodes whose target changed since the trace that made ``ep``: only they run (on fake
     values, see :func:`_run_as_traced`); every other node would compute as last time."""
-    from torch._export.utils import _collect_param_buffer_metadata
-    from torch.export.exported_program import (
-        _get_updated_module_call_graph,
-        _get_updated_range_constraints,
-    )
-
     mod = ep.module()
+    placeholder_meta = _param_buffer_meta(mod)
+    seq_nr = torch.autograd._get_sequence_nr() - 1
+    traced = _trace_rewritten(ep, table, stock)
+    graph = _replay_graph(ep, mod, placeholder_meta, seq_nr, traced, table, swapped)
+    if traced is not None:
+        _drop_dead(graph)
+    return _program_of(ep, mod, graph)
+
+
+def _param_buffer_meta(mod: fx.GraphModule) -> dict[str, dict[str, Any]]:
+    """The meta the trace gives each parameter and buffer placeholder (by target)."""
+    from torch._export.utils import _collect_param_buffer_metadata
+
     placeholder_meta = _collect_param_buffer_metadata(mod)
     for meta in placeholder_meta.values():
         meta.pop("nn_module_stack", None)
         meta.pop("stack_trace", None)
-    sig = ep.graph_signature
-    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
-    by_name = {n.name: n for n in mod.graph.nodes}
-    seq_nr = torch.autograd._get_sequence_nr() - 1
+    return placeholder_meta
+
+
+def _trace_rewritten(
+    ep: ExportedProgram, table: dict[Any, Any] | None, stock: Any
+) -> subtrace.SubTrace | None:
+    """The nodes the table decomposes (but conv2d) traced alone (:mod:`.subtrace`), or None
+    when there are none; declines when a node it makes would be named as a placeholder is."""
     conv2d = torch.ops.aten.conv2d.default
     rewritten = [
         n
@@ -397,15 +408,33 @@ def replay_program(
         if table is not None and n.op == "call_function" and n.target in table
         if n.target is not conv2d
     ]
-    traced = None
-    if rewritten:
-        traced = subtrace.trace_rewritten(ep, rewritten, table or {}, stock or _stock_method())
-        taken = {_name_base(n.name) for n in ep.graph.find_nodes(op="placeholder")}
-        taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
-        for made in traced.made.values():
-            for t in made:
-                if _op_name(t.target) in taken:
-                    raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
+    if not rewritten:
+        return None
+    traced = subtrace.trace_rewritten(ep, rewritten, table or {}, stock or _stock_method())
+    taken = {_name_base(n.name) for n in ep.graph.find_nodes(op="placeholder")}
+    taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
+    for made in traced.made.values():
+        for t in made:
+            if _op_name(t.target) in taken:
+                raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
+    return traced
+
+
+def _replay_graph(
+    ep: ExportedProgram,
+    mod: fx.GraphModule,
+    placeholder_meta: dict[str, dict[str, Any]],
+    seq_nr: int,
+    traced: subtrace.SubTrace | None,
+    table: dict[Any, Any] | None,
+    swapped: frozenset[str],
+) -> fx.Graph:
+    """``ep``'s graph rebuilt node by node as the trace makes it, with ``traced``'s nodes
+    grafted in place of the nodes it rewrote (see :func:`replay_program`)."""
+    sig = ep.graph_signature
+    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
+    by_name = {n.name: n for n in mod.graph.nodes}
+    conv2d = torch.ops.aten.conv2d.default
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     grafted: dict[fx.Node, fx.Node] = {}
@@ -453,8 +482,18 @@ def replay_program(
             new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
         env[old] = new
-    if rewritten:
-        _drop_dead(graph)
+    return graph
+
+
+def _program_of(ep: ExportedProgram, mod: fx.GraphModule, graph: fx.Graph) -> ExportedProgram:
+    """The ExportedProgram of the replayed ``graph``: ``ep``'s signature, state, constants
+    and call graph, updated as ``run_decompositions`` updates them."""
+    from torch.export.exported_program import (
+        _get_updated_module_call_graph,
+        _get_updated_range_constraints,
+    )
+
+    sig = ep.graph_signature
     out = graph.output_node()
     gm = fx.GraphModule(torch.nn.Module(), graph)
     _graph_ids[gm] = mod.graph
