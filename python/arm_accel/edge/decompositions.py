@@ -16,6 +16,7 @@ import operator
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -186,6 +187,62 @@ def _name_base(name: str) -> str:
     return name.rsplit("_", 1)[0] if name[-1:].isdigit() else name
 
 
+def _flat_outputs(ep: ExportedProgram) -> bool:
+    """The output node returns a flat tuple or list of the signature's outputs."""
+    outputs = ep.graph.output_node().args[0]
+    return isinstance(outputs, (tuple, list)) and len(outputs) == len(
+        ep.graph_signature.output_specs
+    )
+
+
+# Program-level reasons to decline, checked in order: (holds when declining, reason).
+_PROGRAM_DECLINES: tuple[tuple[Callable[[ExportedProgram], Any], str], ...] = (
+    (
+        lambda ep: _new_constants() is None,
+        "run_decompositions' program assembly not read for this torch",
+    ),
+    (
+        lambda ep: (
+            ep.graph_signature.backward_signature is not None
+            or ep.graph_signature.buffers_to_mutate
+            or ep.graph_signature.user_inputs_to_mutate
+        ),
+        "mutations or backward signature",
+    ),
+    (
+        lambda ep: (
+            ep.graph_signature.input_tokens
+            or ep.graph_signature.output_tokens
+            or ep.range_constraints
+        ),
+        "tokens or symbolic shapes",
+    ),
+    (
+        lambda ep: any(
+            s.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.USER_INPUT)
+            for s in ep.graph_signature.input_specs
+        ),
+        "lifted constants or custom objects",
+    ),
+    (
+        lambda ep: (
+            len(list(ep.graph_module.children()))
+            or ep.graph_module._buffers
+            or ep.graph_module._parameters
+        ),
+        "graph module owns submodules or tensors",
+    ),
+    (
+        lambda ep: not _flat_outputs(ep),
+        "output not a flat tuple of the signature's outputs",
+    ),
+    (
+        lambda ep: any(type(s.arg) is not TensorArgument for s in ep.graph_signature.output_specs),
+        "non-tensor output",
+    ),
+)
+
+
 def decline_reason(
     ep: ExportedProgram, table: dict[Any, Any], trace_rewritten: bool = True
 ) -> str | None:
@@ -193,29 +250,19 @@ def decline_reason(
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional).
     ``trace_rewritten``: the nodes the table decomposes may be traced alone
     (:mod:`arm_accel.edge.subtrace`); else any of them declines (but conv2d, modelled)."""
-    if _new_constants() is None:
-        return "run_decompositions' program assembly not read for this torch"
-    sig = ep.graph_signature
-    if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
-        return "mutations or backward signature"
-    if sig.input_tokens or sig.output_tokens or ep.range_constraints:
-        return "tokens or symbolic shapes"
-    if any(
-        s.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.USER_INPUT)
-        for s in sig.input_specs
-    ):
-        return "lifted constants or custom objects"
-    if (
-        len(list(ep.graph_module.children()))
-        or ep.graph_module._buffers
-        or ep.graph_module._parameters
-    ):
-        return "graph module owns submodules or tensors"
-    outputs = ep.graph.output_node().args[0]
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != len(sig.output_specs):
-        return "output not a flat tuple of the signature's outputs"
-    if any(type(s.arg) is not TensorArgument for s in sig.output_specs):
-        return "non-tensor output"
+    for declines, reason in _PROGRAM_DECLINES:
+        if declines(ep):
+            return reason
+    bases = _op_bases_or_decline(ep, table, trace_rewritten)
+    if isinstance(bases, str):
+        return bases
+    return _placeholder_decline(ep, bases)
+
+
+def _op_bases_or_decline(
+    ep: ExportedProgram, table: dict[Any, Any], trace_rewritten: bool
+) -> set[str] | str:
+    """Why a node of ``ep`` is not modelled, or the base names of the ops the replay makes."""
     bases: set[str] = set()
     seen_op = False
     for node in ep.graph.nodes:
@@ -254,6 +301,12 @@ def decline_reason(
         if "original_aten" not in node.meta or "from_node" not in node.meta:
             return "node meta without original_aten/from_node"
         bases.add(target.overloadpacket.__name__)
+    return bases
+
+
+def _placeholder_decline(ep: ExportedProgram, bases: set[str]) -> str | None:
+    """Why a placeholder's name would not survive the replay (an op base name shares it, or
+    fx renames it), or None."""
     for node in ep.graph.find_nodes(op="placeholder"):
         if _name_base(node.name) in bases or node.name in bases:
             return f"placeholder {node.name} shares a name with an op"
