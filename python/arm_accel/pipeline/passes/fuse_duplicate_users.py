@@ -16,7 +16,7 @@ import logging
 import math
 import struct
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,33 @@ def _signature_lookup(
         return [signature_of(u) for u in group]
 
     return signatures
+
+
+def _fuse_groups(
+    graph: fx.Graph,
+    groups: Iterable[list[fx.Node]],
+    signatures: Callable[[list[fx.Node]], list[Hashable]],
+    codes: dict[fx.Node, Hashable] | None,
+    bump: Callable[[fx.Node], None],
+) -> list[fx.Node]:
+    """One visit's fusions: in each group, every user whose signature an earlier user has is
+    fused into that one; returns the user fused into, once per fusion, in order."""
+    fused_into = []
+    for group in groups:
+        # Per group: stock's signatures hold the target key, so groups never share one.
+        signature_to_user: dict[Hashable, fx.Node] = {}
+        for user, signature in zip(group, signatures(group), strict=True):
+            if signature is None:
+                continue
+            representative = signature_to_user.get(signature)
+            if representative is None:
+                signature_to_user[signature] = user
+                continue
+            if user is representative:
+                continue
+            _fuse_user(graph, user, representative, codes, bump)
+            fused_into.append(representative)
+    return fused_into
 
 
 def _fuse_user(
@@ -340,24 +367,14 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 noop_at[producer] = version.get(producer, 0)
                 continue
 
-            fused_here = False
-            for group in group_users(node_order, user_nodes):
-                # Per group: stock's signatures hold the target key, so groups never share one.
-                signature_to_user: dict[Hashable, fx.Node] = {}
-                for user, signature in zip(group, signatures(group), strict=True):
-                    if signature is None:
-                        continue
-                    representative = signature_to_user.get(signature)
-                    if representative is None:
-                        signature_to_user[signature] = user
-                        continue
-                    if user is representative:
-                        continue
-                    _fuse_user(graph, user, representative, codes, bump)
-                    modified = fused_here = True
-                    revisits.append(producer)
-                    revisits.append(representative)
-            if not fused_here:
+            groups = group_users(node_order, user_nodes)
+            fused_into = _fuse_groups(graph, groups, signatures, codes, bump)
+            for representative in fused_into:
+                revisits.append(producer)
+                revisits.append(representative)
+            if fused_into:
+                modified = True
+            else:
                 noop_at[producer] = version.get(producer, 0)
         return modified
 
