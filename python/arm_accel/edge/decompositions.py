@@ -491,25 +491,11 @@ def _replay_graph(
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     grafted: dict[fx.Node, fx.Node] = {}
-
-    def carried(value: fx.Node) -> fx.Node:
-        assert traced is not None
-        if value.op == "placeholder":
-            return env[traced.inputs[value]]
-        return grafted[value]
-
     for old in ep.graph.nodes:
         if old in env:  # a getitem of a rewritten node: its value was grafted
             continue
         if traced is not None and old in traced.made:
-            for t in traced.made[old]:
-                name = _op_name(t.target)
-                args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
-                grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
-                grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
-            # what the rest of the graph reads: the node, or the getitems of its list
-            for reader in list(old.users) if subtrace.listed(old) else [old]:
-                env[reader] = carried(traced.values[reader])
+            _graft(graph, old, traced, env, grafted, by_name, seq_nr)
             continue
         if old.op == "placeholder":
             new = graph.placeholder(old.name)
@@ -536,6 +522,33 @@ def _replay_graph(
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
         env[old] = new
     return graph
+
+
+def _graft(
+    graph: fx.Graph,
+    old: fx.Node,
+    traced: subtrace.SubTrace,
+    env: dict[fx.Node, fx.Node],
+    grafted: dict[fx.Node, fx.Node],
+    by_name: dict[str, fx.Node],
+    seq_nr: int,
+) -> None:
+    """Append the nodes ``traced`` made for the rewritten node ``old`` (``by_name``: the nodes
+    of ``ep.module()``) and map what the rest of the graph reads of ``old`` in ``env``."""
+
+    def carried(value: fx.Node) -> fx.Node:
+        if value.op == "placeholder":
+            return env[traced.inputs[value]]
+        return grafted[value]
+
+    for t in traced.made[old]:
+        name = _op_name(t.target)
+        args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
+        grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
+        grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
+    # what the rest of the graph reads: the node, or the getitems of its list
+    for reader in list(old.users) if subtrace.listed(old) else [old]:
+        env[reader] = carried(traced.values[reader])
 
 
 def _program_of(ep: ExportedProgram, mod: fx.GraphModule, graph: fx.Graph) -> ExportedProgram:
