@@ -16,6 +16,7 @@ import operator
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -186,6 +187,62 @@ def _name_base(name: str) -> str:
     return name.rsplit("_", 1)[0] if name[-1:].isdigit() else name
 
 
+def _flat_outputs(ep: ExportedProgram) -> bool:
+    """The output node returns a flat tuple or list of the signature's outputs."""
+    outputs = ep.graph.output_node().args[0]
+    return isinstance(outputs, (tuple, list)) and len(outputs) == len(
+        ep.graph_signature.output_specs
+    )
+
+
+# Program-level reasons to decline, checked in order: (holds when declining, reason).
+_PROGRAM_DECLINES: tuple[tuple[Callable[[ExportedProgram], Any], str], ...] = (
+    (
+        lambda ep: _new_constants() is None,
+        "run_decompositions' program assembly not read for this torch",
+    ),
+    (
+        lambda ep: (
+            ep.graph_signature.backward_signature is not None
+            or ep.graph_signature.buffers_to_mutate
+            or ep.graph_signature.user_inputs_to_mutate
+        ),
+        "mutations or backward signature",
+    ),
+    (
+        lambda ep: (
+            ep.graph_signature.input_tokens
+            or ep.graph_signature.output_tokens
+            or ep.range_constraints
+        ),
+        "tokens or symbolic shapes",
+    ),
+    (
+        lambda ep: any(
+            s.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.USER_INPUT)
+            for s in ep.graph_signature.input_specs
+        ),
+        "lifted constants or custom objects",
+    ),
+    (
+        lambda ep: (
+            len(list(ep.graph_module.children()))
+            or ep.graph_module._buffers
+            or ep.graph_module._parameters
+        ),
+        "graph module owns submodules or tensors",
+    ),
+    (
+        lambda ep: not _flat_outputs(ep),
+        "output not a flat tuple of the signature's outputs",
+    ),
+    (
+        lambda ep: any(type(s.arg) is not TensorArgument for s in ep.graph_signature.output_specs),
+        "non-tensor output",
+    ),
+)
+
+
 def decline_reason(
     ep: ExportedProgram, table: dict[Any, Any], trace_rewritten: bool = True
 ) -> str | None:
@@ -193,29 +250,19 @@ def decline_reason(
     models, or None. Assumes the graph came out of a re-trace (canonical args, functional).
     ``trace_rewritten``: the nodes the table decomposes may be traced alone
     (:mod:`arm_accel.edge.subtrace`); else any of them declines (but conv2d, modelled)."""
-    if _new_constants() is None:
-        return "run_decompositions' program assembly not read for this torch"
-    sig = ep.graph_signature
-    if sig.backward_signature is not None or sig.buffers_to_mutate or sig.user_inputs_to_mutate:
-        return "mutations or backward signature"
-    if sig.input_tokens or sig.output_tokens or ep.range_constraints:
-        return "tokens or symbolic shapes"
-    if any(
-        s.kind not in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.USER_INPUT)
-        for s in sig.input_specs
-    ):
-        return "lifted constants or custom objects"
-    if (
-        len(list(ep.graph_module.children()))
-        or ep.graph_module._buffers
-        or ep.graph_module._parameters
-    ):
-        return "graph module owns submodules or tensors"
-    outputs = ep.graph.output_node().args[0]
-    if not isinstance(outputs, (tuple, list)) or len(outputs) != len(sig.output_specs):
-        return "output not a flat tuple of the signature's outputs"
-    if any(type(s.arg) is not TensorArgument for s in sig.output_specs):
-        return "non-tensor output"
+    for declines, reason in _PROGRAM_DECLINES:
+        if declines(ep):
+            return reason
+    bases = _op_bases_or_decline(ep, table, trace_rewritten)
+    if isinstance(bases, str):
+        return bases
+    return _placeholder_decline(ep, bases)
+
+
+def _op_bases_or_decline(
+    ep: ExportedProgram, table: dict[Any, Any], trace_rewritten: bool
+) -> set[str] | str:
+    """Why a node of ``ep`` is not modelled, or the base names of the ops the replay makes."""
     bases: set[str] = set()
     seen_op = False
     for node in ep.graph.nodes:
@@ -254,6 +301,12 @@ def decline_reason(
         if "original_aten" not in node.meta or "from_node" not in node.meta:
             return "node meta without original_aten/from_node"
         bases.add(target.overloadpacket.__name__)
+    return bases
+
+
+def _placeholder_decline(ep: ExportedProgram, bases: set[str]) -> str | None:
+    """Why a placeholder's name would not survive the replay (an op base name shares it, or
+    fx renames it), or None."""
     for node in ep.graph.find_nodes(op="placeholder"):
         if _name_base(node.name) in bases or node.name in bases:
             return f"placeholder {node.name} shares a name with an op"
@@ -375,21 +428,32 @@ def replay_program(
     their place. ``swapped`` names
     the nodes whose target changed since the trace that made ``ep``: only they run (on fake
     values, see :func:`_run_as_traced`); every other node would compute as last time."""
-    from torch._export.utils import _collect_param_buffer_metadata
-    from torch.export.exported_program import (
-        _get_updated_module_call_graph,
-        _get_updated_range_constraints,
-    )
-
     mod = ep.module()
+    placeholder_meta = _param_buffer_meta(mod)
+    seq_nr = torch.autograd._get_sequence_nr() - 1
+    traced = _trace_rewritten(ep, table, stock)
+    graph = _replay_graph(ep, mod, placeholder_meta, seq_nr, traced, table, swapped)
+    if traced is not None:
+        _drop_dead(graph)
+    return _program_of(ep, mod, graph)
+
+
+def _param_buffer_meta(mod: fx.GraphModule) -> dict[str, dict[str, Any]]:
+    """The meta the trace gives each parameter and buffer placeholder (by target)."""
+    from torch._export.utils import _collect_param_buffer_metadata
+
     placeholder_meta = _collect_param_buffer_metadata(mod)
     for meta in placeholder_meta.values():
         meta.pop("nn_module_stack", None)
         meta.pop("stack_trace", None)
-    sig = ep.graph_signature
-    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
-    by_name = {n.name: n for n in mod.graph.nodes}
-    seq_nr = torch.autograd._get_sequence_nr() - 1
+    return placeholder_meta
+
+
+def _trace_rewritten(
+    ep: ExportedProgram, table: dict[Any, Any] | None, stock: Any
+) -> subtrace.SubTrace | None:
+    """The nodes the table decomposes (but conv2d) traced alone (:mod:`.subtrace`), or None
+    when there are none; declines when a node it makes would be named as a placeholder is."""
     conv2d = torch.ops.aten.conv2d.default
     rewritten = [
         n
@@ -397,37 +461,41 @@ def replay_program(
         if table is not None and n.op == "call_function" and n.target in table
         if n.target is not conv2d
     ]
-    traced = None
-    if rewritten:
-        traced = subtrace.trace_rewritten(ep, rewritten, table or {}, stock or _stock_method())
-        taken = {_name_base(n.name) for n in ep.graph.find_nodes(op="placeholder")}
-        taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
-        for made in traced.made.values():
-            for t in made:
-                if _op_name(t.target) in taken:
-                    raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
+    if not rewritten:
+        return None
+    traced = subtrace.trace_rewritten(ep, rewritten, table or {}, stock or _stock_method())
+    taken = {_name_base(n.name) for n in ep.graph.find_nodes(op="placeholder")}
+    taken |= {n.name for n in ep.graph.find_nodes(op="placeholder")}
+    for made in traced.made.values():
+        for t in made:
+            if _op_name(t.target) in taken:
+                raise subtrace.Declined(f"a placeholder shares a name with {t.target}")
+    return traced
+
+
+def _replay_graph(
+    ep: ExportedProgram,
+    mod: fx.GraphModule,
+    placeholder_meta: dict[str, dict[str, Any]],
+    seq_nr: int,
+    traced: subtrace.SubTrace | None,
+    table: dict[Any, Any] | None,
+    swapped: frozenset[str],
+) -> fx.Graph:
+    """``ep``'s graph rebuilt node by node as the trace makes it, with ``traced``'s nodes
+    grafted in place of the nodes it rewrote (see :func:`replay_program`)."""
+    sig = ep.graph_signature
+    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
+    by_name = {n.name: n for n in mod.graph.nodes}
+    conv2d = torch.ops.aten.conv2d.default
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     grafted: dict[fx.Node, fx.Node] = {}
-
-    def carried(value: fx.Node) -> fx.Node:
-        assert traced is not None
-        if value.op == "placeholder":
-            return env[traced.inputs[value]]
-        return grafted[value]
-
     for old in ep.graph.nodes:
         if old in env:  # a getitem of a rewritten node: its value was grafted
             continue
         if traced is not None and old in traced.made:
-            for t in traced.made[old]:
-                name = _op_name(t.target)
-                args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
-                grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
-                grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
-            # what the rest of the graph reads: the node, or the getitems of its list
-            for reader in list(old.users) if subtrace.listed(old) else [old]:
-                env[reader] = carried(traced.values[reader])
+            _graft(graph, old, traced, env, grafted, by_name, seq_nr)
             continue
         if old.op == "placeholder":
             new = graph.placeholder(old.name)
@@ -453,8 +521,45 @@ def replay_program(
             new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
         env[old] = new
-    if rewritten:
-        _drop_dead(graph)
+    return graph
+
+
+def _graft(
+    graph: fx.Graph,
+    old: fx.Node,
+    traced: subtrace.SubTrace,
+    env: dict[fx.Node, fx.Node],
+    grafted: dict[fx.Node, fx.Node],
+    by_name: dict[str, fx.Node],
+    seq_nr: int,
+) -> None:
+    """Append the nodes ``traced`` made for the rewritten node ``old`` (``by_name``: the nodes
+    of ``ep.module()``) and map what the rest of the graph reads of ``old`` in ``env``."""
+
+    def carried(value: fx.Node) -> fx.Node:
+        if value.op == "placeholder":
+            return env[traced.inputs[value]]
+        return grafted[value]
+
+    for t in traced.made[old]:
+        name = _op_name(t.target)
+        args, kwargs = fx.map_arg(t.args, carried), fx.map_arg(t.kwargs, carried)
+        grafted[t] = graph.create_node("call_function", t.target, args, kwargs, name)
+        grafted[t].meta = _traced_meta(t, by_name[old.name], seq_nr)
+    # what the rest of the graph reads: the node, or the getitems of its list
+    for reader in list(old.users) if subtrace.listed(old) else [old]:
+        env[reader] = carried(traced.values[reader])
+
+
+def _program_of(ep: ExportedProgram, mod: fx.GraphModule, graph: fx.Graph) -> ExportedProgram:
+    """The ExportedProgram of the replayed ``graph``: ``ep``'s signature, state, constants
+    and call graph, updated as ``run_decompositions`` updates them."""
+    from torch.export.exported_program import (
+        _get_updated_module_call_graph,
+        _get_updated_range_constraints,
+    )
+
+    sig = ep.graph_signature
     out = graph.output_node()
     gm = fx.GraphModule(torch.nn.Module(), graph)
     _graph_ids[gm] = mod.graph

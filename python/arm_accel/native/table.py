@@ -1,4 +1,4 @@
-"""Export an fx graph, once and in one O(N) walk, into the columnar node table Rust reads.
+"""Export an fx graph, in O(N), into the columnar node table Rust reads.
 
 Node ids are positions in graph order. Target classes are decided once per distinct target
 (``classify``) with executorch's own predicates, so the Rust side only ever sees bits.
@@ -262,63 +262,50 @@ def export_table(
     constants: frozenset[str] = frozenset(),
     classifier: Callable[[Any], int] = classify,
 ) -> NodeTable:
-    """Walk ``graph_module`` once and return its node table.
+    """The full node table of ``graph_module``: ``export_light``'s columns and CONSTANT flags,
+    plus the value columns, the integer arguments and the other flags.
 
     ``constants`` names the placeholders that count as constant (see ``constant_names``);
     get_attr nodes always do. ``classifier`` maps a target to class bits and is called once
     per distinct target.
     """
-    nodes = list(graph_module.graph.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
+    light = export_light(graph_module, classifier, constants)
+    table = with_int_args(light, _int_arg_rows(light))
+    rank, shape_ptr, shape, dtype, value_flags = _value_columns(light.nodes)
+    return dataclasses.replace(
+        table,
+        rank=rank,
+        shape_ptr=shape_ptr,
+        shape=shape,
+        dtype=dtype,
+        flags=table.flags | value_flags | _marker_flags(light.nodes),
+        light=False,
+    )
+
+
+def _int_arg_rows(table: NodeTable) -> list[list[int] | None]:
+    """Each node's ``encode_iargs`` row (empty for a node whose target has no class)."""
+    classes = table.target_class.tolist()
+    return [
+        encode_iargs(node, classes[code]) if code >= 0 and classes[code] else []
+        for node, code in zip(table.nodes, table.target.tolist(), strict=True)
+    ]
+
+
+def _value_columns(
+    nodes: list[fx.Node],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, shape_ptr, shape, dtype, flags) of the nodes' ``val``: a tensor's dims (-1 and
+    SYMBOLIC for a dim that is not an int) and dtype code; rank and dtype -1 and NON_TENSOR
+    for anything else."""
     n = len(nodes)
-    int48 = _int48_key()
-
-    targets: list[Any] = []
-    target_code: dict[Any, int] = {}
-    classes: list[int] = []
-
-    op = np.empty(n, dtype=np.uint8)
-    target = np.empty(n, dtype=np.int32)
     rank = np.empty(n, dtype=np.int32)
     dtype = np.empty(n, dtype=np.int32)
     flags = np.zeros(n, dtype=np.uint32)
-    in_ptr = np.empty(n + 1, dtype=np.int64)
-    user_ptr = np.empty(n + 1, dtype=np.int64)
     shape_ptr = np.empty(n + 1, dtype=np.int64)
-    iarg_ptr = np.empty(n + 1, dtype=np.int64)
-    in_idx: list[int] = []
-    user_idx: list[int] = []
+    shape_ptr[0] = 0
     shape: list[int] = []
-    iarg: list[int] = []
-    in_ptr[0] = user_ptr[0] = shape_ptr[0] = iarg_ptr[0] = 0
-
     for i, node in enumerate(nodes):
-        op[i] = _OP_CODE[node.op]
-        f = 0
-        cls = 0
-        if node.op in ("call_function", "call_method", "call_module"):
-            key = node.target
-            code = target_code.get(key)
-            if code is None:
-                code = target_code[key] = len(targets)
-                targets.append(key)
-                classes.append(int(classifier(key)))
-            target[i] = code
-            cls = classes[code]
-        else:
-            target[i] = -1
-
-        if node.op == "get_attr" or (node.op == "placeholder" and node.name in constants):
-            f |= Flag.CONSTANT
-
-        in_idx.extend(index[a] for a in node.all_input_nodes)
-        in_ptr[i + 1] = len(in_idx)
-        for u in node.users:
-            user_idx.append(index[u])
-            if u.op == "output":
-                f |= Flag.FEEDS_OUTPUT
-        user_ptr[i + 1] = len(user_idx)
-
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             dims = []
@@ -327,45 +314,28 @@ def export_table(
                     dims.append(d)
                 else:
                     dims.append(-1)
-                    f |= Flag.SYMBOLIC
+                    flags[i] |= Flag.SYMBOLIC
             rank[i] = len(dims)
             shape.extend(dims)
             dtype[i] = _DTYPE_CODE.get(val.dtype, -1)
         else:
             rank[i] = -1
             dtype[i] = -1
-            f |= Flag.NON_TENSOR
+            flags[i] = Flag.NON_TENSOR
         shape_ptr[i + 1] = len(shape)
+    return rank, shape_ptr, np.asarray(shape, dtype=np.int64), dtype, flags
 
+
+def _marker_flags(nodes: list[fx.Node]) -> np.ndarray:
+    """INT48 (TOSA's special-dtype meta) and FEEDS_OUTPUT flags of the nodes."""
+    int48 = _int48_key()
+    flags = np.zeros(len(nodes), dtype=np.uint32)
+    for i, node in enumerate(nodes):
         if int48 is not None and node.meta.get(int48[0]) == int48[1]:
-            f |= Flag.INT48
-
-        ia = encode_iargs(node, cls) if cls else []
-        if ia is None:
-            f |= Flag.OPAQUE_ARGS
-            ia = []
-        iarg.extend(ia)
-        iarg_ptr[i + 1] = len(iarg)
-        flags[i] = f
-
-    return NodeTable(
-        op=op,
-        target=target,
-        target_class=np.asarray(classes, dtype=np.uint32),
-        in_ptr=in_ptr,
-        in_idx=np.asarray(in_idx, dtype=np.int64),
-        user_ptr=user_ptr,
-        user_idx=np.asarray(user_idx, dtype=np.int64),
-        rank=rank,
-        shape_ptr=shape_ptr,
-        shape=np.asarray(shape, dtype=np.int64),
-        dtype=dtype,
-        iarg_ptr=iarg_ptr,
-        iarg=np.asarray(iarg, dtype=np.int64),
-        flags=flags,
-        nodes=nodes,
-        targets=targets,
-    )
+            flags[i] |= Flag.INT48
+        if any(u.op == "output" for u in node.users):
+            flags[i] |= Flag.FEEDS_OUTPUT
+    return flags
 
 
 def fx_counts(
@@ -452,11 +422,32 @@ def export_light(
         nodes = list(graph_module.graph.nodes)
     n = len(nodes)
     index = dict(zip(nodes, range(n), strict=True))
-
     ops = list(map(_get_op, nodes))
-    op = np.fromiter(map(_OP_CODE.__getitem__, ops), dtype=np.uint8, count=n)
+    targets, classes, target = _intern_targets(nodes, ops, classifier)
+    in_ptr, in_idx = _csr(list(map(_get_inputs, nodes)), index, subset)
+    user_ptr, user_idx = _csr(list(map(_get_users, nodes)), index, subset)
+    return NodeTable(
+        op=np.fromiter(map(_OP_CODE.__getitem__, ops), dtype=np.uint8, count=n),
+        target=target,
+        target_class=np.asarray(classes, dtype=np.uint32),
+        in_ptr=in_ptr,
+        in_idx=in_idx,
+        user_ptr=user_ptr,
+        user_idx=user_idx,
+        flags=_constant_flags(nodes, ops, constants),
+        nodes=nodes,
+        targets=targets,
+        light=True,
+        **empty_columns(n),
+    )
 
-    # Intern targets; call targets get codes and classes, the others -1.
+
+def _intern_targets(
+    nodes: list[fx.Node], ops: list[str], classifier: Callable[[Any], int]
+) -> tuple[list[Any], list[int], np.ndarray]:
+    """(distinct call targets in first-use order, their classes, each node's target code):
+    call nodes get their target's code, the others -1."""
+    n = len(nodes)
     is_call = np.fromiter(map(_CALL_OPS.__contains__, ops), dtype=bool, count=n)
     call_targets = list(itertools.compress(map(_get_target, nodes), is_call))
     targets: list[Any] = list(dict.fromkeys(call_targets))
@@ -466,44 +457,38 @@ def export_light(
     target[is_call] = np.fromiter(
         map(codes.__getitem__, call_targets), dtype=np.int32, count=len(call_targets)
     )
+    return targets, classes, target
 
-    ins = list(map(_get_inputs, nodes))
-    outs = list(map(_get_users, nodes))
-    in_ptr = np.zeros(n + 1, dtype=np.int64)
-    user_ptr = np.zeros(n + 1, dtype=np.int64)
+
+def _csr(
+    lists: list[Any], index: dict[fx.Node, int], subset: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(pointers, flat ids) of the edges in ``lists`` (one list of nodes per node); with
+    ``subset``, only the edges whose endpoint is in ``index``."""
+    n = len(lists)
+    ptr = np.zeros(n + 1, dtype=np.int64)
     if subset:
         # Map every edge endpoint to its id, -1 outside the subset (C-level), then drop those.
-        in_ptr[1:], in_idx = _subset_csr(ins, index, n)
-        user_ptr[1:], user_idx = _subset_csr(outs, index, n)
-    else:
-        at = index.__getitem__
-        np.cumsum(np.fromiter(map(len, ins), np.int64, n), out=in_ptr[1:])
-        np.cumsum(np.fromiter(map(len, outs), np.int64, n), out=user_ptr[1:])
-        in_idx = np.fromiter(map(at, itertools.chain.from_iterable(ins)), np.int64, int(in_ptr[-1]))
-        user_idx = np.fromiter(
-            map(at, itertools.chain.from_iterable(outs)), np.int64, int(user_ptr[-1])
-        )
+        ptr[1:], idx = _subset_csr(lists, index, n)
+        return ptr, idx
+    np.cumsum(np.fromiter(map(len, lists), np.int64, n), out=ptr[1:])
+    idx = np.fromiter(
+        map(index.__getitem__, itertools.chain.from_iterable(lists)), np.int64, int(ptr[-1])
+    )
+    return ptr, idx
 
-    flags = np.zeros(n, dtype=np.uint32)
+
+def _constant_flags(
+    nodes: list[fx.Node], ops: list[str], constants: frozenset[str] | None
+) -> np.ndarray:
+    """CONSTANT on get_attr nodes and the placeholders named in ``constants``; all zero when
+    ``constants`` is None."""
+    flags = np.zeros(len(nodes), dtype=np.uint32)
     if constants is not None:
         for i, (o, node) in enumerate(zip(ops, nodes, strict=True)):
             if o == "get_attr" or (o == "placeholder" and node.name in constants):
                 flags[i] = Flag.CONSTANT
-
-    return NodeTable(
-        op=op,
-        target=target,
-        target_class=np.asarray(classes, dtype=np.uint32),
-        in_ptr=in_ptr,
-        in_idx=in_idx,
-        user_ptr=user_ptr,
-        user_idx=user_idx,
-        flags=flags,
-        nodes=nodes,
-        targets=targets,
-        light=True,
-        **empty_columns(n),
-    )
+    return flags
 
 
 def empty_columns(n: int) -> dict[str, np.ndarray]:

@@ -311,20 +311,56 @@ def _programs_equal(a: Any, b: Any) -> bool:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the user's script (export, quantize, lower, serialize) on a zoo model stock and
+    accelerated; print both sides' timings and whether every output is identical."""
     from arm_accel.tools import models, profiling
+
+    name = _demo_model_name(args)
+    if name is None:
+        return 2
+    target = args.target
+    if target not in models.TARGETS:
+        print(f"unknown target {target!r}; known: {', '.join(models.TARGETS)}", file=sys.stderr)
+        return 2
+    quiet = not args.verbose
+    _prepare_demo(quiet)
+    mode = models.target_mode(target, models.ZOO[name].mode)
+    model, inputs, _ = _step(f"build {name}", lambda: models.build(name))
+    if not args.no_warmup:
+        with _drop_stdout(quiet):
+            _step("warm-up (untimed)", lambda: _warm_up(model, inputs, mode, target))
+    calibration = models.calibration_batches(inputs, args.batches)
+    stock, accel, counts = _run_both(model, inputs, mode, target, calibration, quiet)
+    delegate = "Vela" if models.is_ethos_u(target) else "TOSA"
+    same = _same_outputs(stock, accel, mode, delegate)
+    print(
+        profiling.format_table(
+            _stage_rows(stock, accel, args.batches), ["stage", "stock s", "accelerated s", "ratio"]
+        ),
+        end="",
+    )
+    _print_lowering(f"{name} ({mode}) for {target}", delegate, stock, accel)
+    _print_outcome(stock, accel, counts, same)
+    return 0 if all(same.values()) else 1
+
+
+def _demo_model_name(args: argparse.Namespace) -> str | None:
+    """The zoo model ``--model`` / ``--layers`` name, or None (said on stderr) if unknown."""
+    from arm_accel.tools import models
 
     name = args.model or models.DEFAULT_MODEL
     if args.layers is not None:
         name = f"llama{args.layers}"
     if name not in models.ZOO:
         print(f"unknown model {name!r}; known: {', '.join(models.ZOO)}", file=sys.stderr)
-        return 2
-    target = args.target
-    if target not in models.TARGETS:
-        print(f"unknown target {target!r}; known: {', '.join(models.TARGETS)}", file=sys.stderr)
-        return 2
-    ethos = models.is_ethos_u(target)
-    quiet = not args.verbose
+        return None
+    return name
+
+
+def _prepare_demo(quiet: bool) -> None:
+    """Quiet upstream warnings (unless ``--verbose``) and warn when both runs will be stock."""
+    from arm_accel.tools import profiling
+
     if quiet:
         quiet_upstream()
     if not profiling.accel_available() or not profiling.ensure_active():
@@ -333,23 +369,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
             "both runs are stock",
             file=sys.stderr,
         )
-    mode = models.target_mode(target, models.ZOO[name].mode)
-    model, inputs, _ = _step(f"build {name}", lambda: models.build(name))
-    if not args.no_warmup:
-        # First-call costs (lazy imports, dynamo, Vela's start-up, caches) would otherwise
-        # land on the first side: the whole script on a tiny model, each side once, and the
-        # model's own export and quantization (dynamo marks some ops only the first time a
-        # process traces them, stock or not: an in-place relu's ``custom`` meta).
-        def warmup() -> None:
-            m, i, _ = models.build("convnet")
-            for stock in (True, False):
-                with profiling.stock() if stock else contextlib.nullcontext():
-                    models.lower(models.export_for_arm(m, i, mode, target=target), mode, target)
-            models.export_for_arm(model, inputs, mode, target=target)
 
-        with _drop_stdout(quiet):
-            _step("warm-up (untimed)", warmup)
-    calibration = models.calibration_batches(inputs, args.batches)
+
+def _warm_up(model: Any, inputs: tuple[Any, ...], mode: str, target: str) -> None:
+    """First-call costs (lazy imports, dynamo, Vela's start-up, caches) would otherwise land on
+    the first side: the whole script on a tiny model, each side once, and the model's own
+    export and quantization (dynamo marks some ops only the first time a process traces them,
+    stock or not: an in-place relu's ``custom`` meta)."""
+    from arm_accel.tools import models, profiling
+
+    m, i, _ = models.build("convnet")
+    for stock in (True, False):
+        with profiling.stock() if stock else contextlib.nullcontext():
+            models.lower(models.export_for_arm(m, i, mode, target=target), mode, target)
+    models.export_for_arm(model, inputs, mode, target=target)
+
+
+@dataclass
+class DemoCounts:
+    """What ``arm_accel.stats()`` counted during the accelerated side (None: no stats)."""
+
+    accelerated: int | None
+    fallbacks: int | None
+    in_place: int | None
+    stock_retraces: int | None
+
+
+def _run_both(
+    model: Any,
+    inputs: tuple[Any, ...],
+    mode: str,
+    target: str,
+    calibration: list[tuple[Any, ...]],
+    quiet: bool,
+) -> tuple[ScriptRun, ScriptRun, DemoCounts]:
+    """The script stock, then accelerated, and what the accelerated side counted."""
+    from arm_accel.tools import profiling
+
     stock = run_script(model, inputs, mode, True, target, calibration, quiet)
     stats_before = profiling.stats_snapshot()
     accel = run_script(model, inputs, mode, False, target, calibration, quiet)
@@ -358,25 +414,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     in_place, stock_retraces = profiling.stats_delta(
         stats_before, stats_after, lambda n: n.endswith(".retrace")
     )
-    prof_s, prof_a = stock.profile, accel.profile
-    t_s, t_a = stock.stages["lower"], accel.stages["lower"]
-    delegate = "Vela" if ethos else "TOSA"
+    return stock, accel, DemoCounts(accelerated, fallbacks, in_place, stock_retraces)
+
+
+def _same_outputs(stock: ScriptRun, accel: ScriptRun, mode: str, delegate: str) -> dict[str, bool]:
+    """Per compared output (the quantized program for INT, the delegate bytes, the .pte),
+    whether both sides made the same."""
     same = {}
     if mode == "INT":
         same["quantized program"] = _programs_equal(stock.exported, accel.exported)
     same[f"{delegate} output"] = stock.delegate_bytes == accel.delegate_bytes
     same[".pte"] = stock.pte == accel.pte
+    return same
 
-    print(
-        profiling.format_table(
-            _stage_rows(stock, accel, args.batches), ["stage", "stock s", "accelerated s", "ratio"]
-        ),
-        end="",
-    )
-    rows = [
-        ["lowering seconds", f"{t_s:.2f}", f"{t_a:.2f}"],
-        ["re-traces", str(prof_s.retraces), str(prof_a.retraces)],
-    ]
+
+def _lowering_rows(prof_s: Profile, prof_a: Profile, vela: bool) -> list[list[str]]:
+    """The lowering's per-group seconds (and Vela's compile) of both sides."""
+    from arm_accel.tools import profiling
+
+    rows = [["re-traces", str(prof_s.retraces), str(prof_a.retraces)]]
     for group in profiling.VIEW_PERMUTE_GROUPS:
         rows.append(
             [
@@ -392,35 +448,56 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"{prof_a.view_permute_seconds():.3f}",
         ]
     )
-    if ethos:
-        vela = profiling.PHASES["vela_compile"]
+    if vela:
+        phase = profiling.PHASES["vela_compile"]
         rows.append(
             [
                 "  Vela compile s",
                 *(
-                    f"{p.rows[vela].inclusive:.3f}" if vela in p.rows else "-"
+                    f"{p.rows[phase].inclusive:.3f}" if phase in p.rows else "-"
                     for p in (prof_s, prof_a)
                 ),
             ]
         )
+    return rows
+
+
+def _print_lowering(what: str, delegate: str, stock: ScriptRun, accel: ScriptRun) -> None:
+    """The model line and the lowering table."""
+    from arm_accel.tools import profiling
+
+    prof_s, prof_a = stock.profile, accel.profile
+    t_s, t_a = stock.stages["lower"], accel.stages["lower"]
+    rows = [
+        ["lowering seconds", f"{t_s:.2f}", f"{t_a:.2f}"],
+        *_lowering_rows(prof_s, prof_a, delegate == "Vela"),
+    ]
     nbytes = sum(len(b) for b in stock.delegate_bytes)
     print(
-        f"model {name} ({mode}) for {target}, {prof_s.nodes_in or '?'} nodes entering the "
+        f"model {what}, {prof_s.nodes_in or '?'} nodes entering the "
         f"view/permute passes, {len(stock.delegate_bytes)} delegate(s) of {nbytes} {delegate} "
         f"bytes, .pte {len(stock.pte)} bytes"
     )
     print(profiling.format_table(rows, ["", "stock", "accelerated"]), end="")
+
+
+def _print_outcome(
+    stock: ScriptRun, accel: ScriptRun, counts: DemoCounts, same: dict[str, bool]
+) -> None:
+    """The ratios, the counters, each output's identity and the verdict."""
+    t_s, t_a = stock.stages["lower"], accel.stages["lower"]
     ratio = t_s / t_a if t_a else float("nan")
     script_ratio = stock.seconds / accel.seconds if accel.seconds else float("nan")
     print(f"ratio (stock / accelerated): {ratio:.2f}x")
     print(f"whole script ratio (stock / accelerated): {script_ratio:.2f}x")
-    if accelerated is not None:
-        print(f"accelerated pass calls: {accelerated}, fallbacks to stock: {fallbacks}")
-        print(f"pipeline re-traces in place: {in_place}, stock: {stock_retraces}")
+    if counts.accelerated is not None:
+        print(
+            f"accelerated pass calls: {counts.accelerated}, fallbacks to stock: {counts.fallbacks}"
+        )
+        print(f"pipeline re-traces in place: {counts.in_place}, stock: {counts.stock_retraces}")
     for what, ok in same.items():
         print(f"{what}: {_identity(ok)}")
-    print(verdict(ratio, same, accelerated, script_ratio))
-    return 0 if all(same.values()) else 1
+    print(verdict(ratio, same, counts.accelerated, script_ratio))
 
 
 # ------------------------------------------------------------------------- profile
@@ -494,6 +571,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
+    """The ``arm-accel`` parser: one sub-command per ``_COMMANDS`` row."""
     parser = argparse.ArgumentParser(
         prog="arm-accel",
         description="Faster lowering for ExecuTorch's Arm backend (TOSA / Ethos-U), output "
@@ -501,8 +579,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"arm-accel {our_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    for command in _COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        command.options(p)
+        p.set_defaults(fn=command.run)
+    return parser
 
-    p = sub.add_parser("info", help="versions found and whether acceleration is active")
+
+def _info_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-import",
         action="store_true",
@@ -514,15 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print versions, arm_accel.status() and the ARM_ACCEL* environment as JSON",
     )
-    p.set_defaults(fn=cmd_info)
 
-    p = sub.add_parser(
-        "check-pins",
-        help="which patch table rows another torch/executorch would keep stock",
-        description="Read every source the patch table pins from another installation (its "
-        "interpreter) or from source trees, without importing it, and list the rows and "
-        "models that would stay stock there.",
-    )
+
+def _check_pins_options(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--python", help="the interpreter of another installation")
     where.add_argument(
@@ -531,9 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--torch", help="with --tree: the torch version the tree is")
     p.add_argument("--executorch", help="with --tree: the executorch version the tree is")
     p.add_argument("--json", action="store_true", help="one JSON list instead of the text")
-    p.set_defaults(fn=cmd_check_pins)
 
-    p = sub.add_parser("demo", help="lower the bundled model stock and accelerated")
+
+def _demo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model",
         default=None,
@@ -567,14 +645,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="show upstream warnings (filtered by default) and Vela's network summaries",
     )
-    p.set_defaults(fn=cmd_demo)
 
-    p = sub.add_parser(
-        "profile",
-        help="run a lowering script and time every pass",
-        description="Run SCRIPT.py unchanged and print a per-pass table (seconds are exclusive "
-        "of nested passes). Options go before SCRIPT; everything after it is the script's.",
-    )
+
+def _profile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top", type=int, default=25, help="rows to print (0: all)")
     p.add_argument("--csv", help="write every row to this CSV file")
     p.add_argument(
@@ -588,8 +661,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
-    p.set_defaults(fn=cmd_profile)
-    return parser
+
+
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name, help line and description, options and the function run."""
+
+    name: str
+    help: str
+    options: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    description: str | None = None
+
+
+_COMMANDS = (
+    Command("info", "versions found and whether acceleration is active", _info_options, cmd_info),
+    Command(
+        "check-pins",
+        "which patch table rows another torch/executorch would keep stock",
+        _check_pins_options,
+        cmd_check_pins,
+        "Read every source the patch table pins from another installation (its interpreter) "
+        "or from source trees, without importing it, and list the rows and models that would "
+        "stay stock there.",
+    ),
+    Command("demo", "lower the bundled model stock and accelerated", _demo_options, cmd_demo),
+    Command(
+        "profile",
+        "run a lowering script and time every pass",
+        _profile_options,
+        cmd_profile,
+        "Run SCRIPT.py unchanged and print a per-pass table (seconds are exclusive of nested "
+        "passes). Options go before SCRIPT; everything after it is the script's.",
+    ),
+)
 
 
 def main(argv: list[str] | None = None) -> int:

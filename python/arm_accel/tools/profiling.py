@@ -409,7 +409,28 @@ class Profiler:
         if hasattr(module, attr):
             self._patch_attr(module, attr, lambda f: self._wrap_phase(f, key, lowering))
 
+    def _patch_class_fn(
+        self, module_name: str, cls_name: str, attr: str, make: Callable[[Any], Any]
+    ) -> None:
+        """``_patch_attr`` on class ``cls_name`` of ``module_name``, if it imports."""
+        try:
+            cls = getattr(importlib.import_module(module_name), cls_name)
+        except Exception:  # noqa: BLE001
+            return
+        self._patch_attr(cls, attr, make)
+
     def install(self) -> None:
+        """Hook the pass calls, the re-traces, the lowering's phases and the script's stages
+        (nothing past the pass hooks when executorch's pass base does not import)."""
+        if not self._install_pass_hooks():
+            return
+        self._install_lowering_entries()
+        self._install_phases()
+        self._install_stages()
+
+    def _install_pass_hooks(self) -> bool:
+        """Every pass call (torch's, the Arm passes', executorch's) and ``ExportPass``'s
+        re-trace; False when executorch's pass base does not import."""
         from torch.fx.passes.infra.pass_base import PassBase
 
         self._patch_attr(PassBase, "__call__", self._wrap_pass)
@@ -419,11 +440,14 @@ class Profiler:
         try:
             from executorch.exir.pass_base import ExportedProgramPassBase, _ExportPassBase
         except Exception:  # noqa: BLE001
-            return
+            return False
         self._patch_attr(ExportedProgramPassBase, "__call__", self._wrap_pass)
         self._patch_attr(_ExportPassBase, "call", self._wrap_retrace)
+        return True
 
-        # Lowering entry points: the module functions users import, and to_backend.
+    def _install_lowering_entries(self) -> None:
+        """Lowering entry points: the module functions users import, and to_backend; and
+        ``run_decompositions``."""
         entry_modules = (
             "executorch.exir",
             "executorch.exir.program",
@@ -444,6 +468,10 @@ class Profiler:
             "run_decompositions",
             lambda f: self._wrap_phase(f, PHASES["run_decompositions"]),
         )
+
+    def _install_phases(self) -> None:
+        """The lowering's phases: partitioning, TOSA, the Arm pass pipeline, Vela and
+        ``LOWERING_PARTS``."""
         hooks = (
             ("executorch.backends.arm.tosa.partitioner", "TOSAPartitioner", "partition"),
             ("executorch.backends.arm.tosa.backend", "TOSABackend", "preprocess"),
@@ -459,21 +487,14 @@ class Profiler:
             "executorch.backends.arm.ethosu.backend", "vela_compile", PHASES["vela_compile"], False
         )
         for module_name, cls_name, attr in hooks:
-            try:
-                cls = getattr(importlib.import_module(module_name), cls_name)
-            except Exception:  # noqa: BLE001
-                continue
-            self._patch_attr(cls, attr, lambda f, a=attr: self._wrap_phase(f, PHASES[a]))
+            self._patch_class_fn(
+                module_name, cls_name, attr, lambda f, a=attr: self._wrap_phase(f, PHASES[a])
+            )
         for module_name, owner, attr, key in LOWERING_PARTS:
             if owner is None:
                 self._patch_module_fn(module_name, attr, key, False)
                 continue
-            try:
-                cls = getattr(importlib.import_module(module_name), owner)
-            except Exception:  # noqa: BLE001
-                continue
-            self._patch_attr(cls, attr, lambda f, k=key: self._wrap_phase(f, k))
-        self._install_stages()
+            self._patch_class_fn(module_name, owner, attr, lambda f, k=key: self._wrap_phase(f, k))
 
     def _install_stages(self) -> None:
         """The script's stages outside the lowering (``STAGES``): module functions where

@@ -16,7 +16,7 @@ import logging
 import math
 import struct
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,6 +125,82 @@ class DuplicateUsersPlan:
 #: Stock ``_get_target_key`` per target, kept across calls: ``str()`` of an op overload is
 #: fixed for its lifetime, and stock formats it for every grouped user of every visit.
 _STOCK_TARGET_KEYS: dict[Any, Hashable] = {}
+
+
+def _signature_lookup(
+    plan: DuplicateUsersPlan, signature_of: Callable[[fx.Node], Hashable]
+) -> Callable[[list[fx.Node]], list[Hashable]]:
+    """The group's signatures, one kind for the whole group: codes where every user has one
+    (filled from tokens when ``plan.lazy``), else stock's own (``signature_of``, which then
+    also answers for the modelled users)."""
+    node_order, codes, lazy = plan.order, plan.codes, plan.lazy
+    kwarg_keys: dict[Hashable, int] = {}
+
+    def signatures(group: list[fx.Node]) -> list[Hashable]:
+        if codes is not None:
+            out = []
+            for u in group:
+                c = codes.get(u, _MISSING)
+                if c is _MISSING and lazy:
+                    tokens = signature_tokens(u, node_order, kwarg_keys)
+                    c = codes[u] = None if tokens is None else tuple(tokens)
+                if c is _MISSING or c is None:
+                    break
+                out.append(c)
+            else:
+                return out
+        return [signature_of(u) for u in group]
+
+    return signatures
+
+
+def _fuse_groups(
+    graph: fx.Graph,
+    groups: Iterable[list[fx.Node]],
+    signatures: Callable[[list[fx.Node]], list[Hashable]],
+    codes: dict[fx.Node, Hashable] | None,
+    bump: Callable[[fx.Node], None],
+) -> list[fx.Node]:
+    """One visit's fusions: in each group, every user whose signature an earlier user has is
+    fused into that one; returns the user fused into, once per fusion, in order."""
+    fused_into = []
+    for group in groups:
+        # Per group: stock's signatures hold the target key, so groups never share one.
+        signature_to_user: dict[Hashable, fx.Node] = {}
+        for user, signature in zip(group, signatures(group), strict=True):
+            if signature is None:
+                continue
+            representative = signature_to_user.get(signature)
+            if representative is None:
+                signature_to_user[signature] = user
+                continue
+            if user is representative:
+                continue
+            _fuse_user(graph, user, representative, codes, bump)
+            fused_into.append(representative)
+    return fused_into
+
+
+def _fuse_user(
+    graph: fx.Graph,
+    user: fx.Node,
+    representative: fx.Node,
+    codes: dict[fx.Node, Hashable] | None,
+    bump: Callable[[fx.Node], None],
+) -> None:
+    """Stock's fusion of ``user`` into ``representative`` (its uses redirected, the node
+    erased), bumping every node whose visit it could change."""
+    for n in user.all_input_nodes:
+        bump(n)
+    consumers = list(user.users)
+    user.replace_all_uses_with(representative)
+    graph.erase_node(user)
+    for consumer in consumers:
+        if codes is not None:
+            codes.pop(consumer, None)  # its arguments changed: re-encode
+        for n in consumer.all_input_nodes:
+            bump(n)
+    bump(representative)
 
 
 class AccelFuseDuplicateUsersMixin(AcceleratedPass):
@@ -236,9 +312,17 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
             return PassResult(graph_module, False)
         # Stock's own methods edit the graph: the journal records it whole, to roll back.
         journal.checkpoint()
-        graph = graph_module.graph
-        modified = False
+        modified = self._fuse_all(graph_module.graph, plan)
+        if modified:
+            graph_module.graph.lint()
+            graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
+            self.note_retrace()
+        return PassResult(graph_module, modified)
 
+    def _fuse_all(self, graph: fx.Graph, plan: DuplicateUsersPlan) -> bool:
+        """Stock's visits of the producers, in its order, fusing each group's duplicate users
+        into the first; whether anything fused."""
+        modified = False
         node_order = plan.order
         codes = plan.codes
         version: dict[fx.Node, int] = {}  # bumped when a node's visit could change
@@ -254,6 +338,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         sweeping = True  # stock's initial queue is not exhausted yet
 
         group_users, signature_of = self._accel_grouping()
+        signatures = _signature_lookup(plan, signature_of)
 
         def bump(n: fx.Node) -> None:
             version[n] = version.get(n, 0) + 1
@@ -262,26 +347,6 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 # Not yet reached by the initial sweep, which now visits it.
                 pending[pos] = n
                 heapq.heappush(sweep, pos)
-
-        lazy = plan.lazy
-        kwarg_keys: dict[Hashable, int] = {}
-
-        def signatures(group: list[fx.Node]) -> list[Hashable]:
-            """The group's signatures, one kind for the whole group: codes where every user
-            has one, else stock's own (which then also answers for the modelled users)."""
-            if codes is not None:
-                out = []
-                for u in group:
-                    c = codes.get(u, _MISSING)
-                    if c is _MISSING and lazy:
-                        tokens = signature_tokens(u, node_order, kwarg_keys)
-                        c = codes[u] = None if tokens is None else tuple(tokens)
-                    if c is _MISSING or c is None:
-                        break
-                    out.append(c)
-                else:
-                    return out
-            return [signature_of(u) for u in group]
 
         while True:
             if sweep:
@@ -302,45 +367,16 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
                 noop_at[producer] = version.get(producer, 0)
                 continue
 
-            candidate_groups = group_users(node_order, user_nodes)
-            fused_here = False
-            for group in candidate_groups:
-                # Per group: stock's signatures hold the target key, so groups never share one.
-                signature_to_user: dict[Hashable, fx.Node] = {}
-                for user, signature in zip(group, signatures(group), strict=True):
-                    if signature is None:
-                        continue
-                    representative = signature_to_user.get(signature)
-                    if representative is None:
-                        signature_to_user[signature] = user
-                        continue
-                    if user is representative:
-                        continue
-
-                    for n in user.all_input_nodes:
-                        bump(n)
-                    consumers = list(user.users)
-                    user.replace_all_uses_with(representative)
-                    graph.erase_node(user)
-                    for consumer in consumers:
-                        if codes is not None:
-                            codes.pop(consumer, None)  # its arguments changed: re-encode
-                        for n in consumer.all_input_nodes:
-                            bump(n)
-                    bump(representative)
-                    modified = True
-                    fused_here = True
-
-                    revisits.append(producer)
-                    revisits.append(representative)
-            if not fused_here:
+            groups = group_users(node_order, user_nodes)
+            fused_into = _fuse_groups(graph, groups, signatures, codes, bump)
+            for representative in fused_into:
+                revisits.append(producer)
+                revisits.append(representative)
+            if fused_into:
+                modified = True
+            else:
                 noop_at[producer] = version.get(producer, 0)
-
-        if modified:
-            graph_module.graph.lint()
-            graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
-            self.note_retrace()
-        return PassResult(graph_module, modified)
+        return modified
 
     def _accel_grouping(self) -> tuple[Any, Any]:
         """Stock ``_get_candidate_groups`` and ``_build_user_signature``, with the target key

@@ -258,6 +258,21 @@ class VirtualRetracer:
             return torch.empty_like(old_val, dtype=dtype)
         return target(*args, **kwargs)
 
+    @contextmanager
+    def _faking(self) -> Iterator[None]:
+        """The graph's fake mode (accepting real tensors, as a re-trace's fake runs do) and
+        the python dispatcher."""
+        from torch._dispatch.python import enable_python_dispatcher
+
+        fake_mode = self.fake_mode
+        prev_allow = fake_mode.allow_non_fake_inputs
+        fake_mode.allow_non_fake_inputs = True
+        try:
+            with fake_mode, enable_python_dispatcher():
+                yield
+        finally:
+            fake_mode.allow_non_fake_inputs = prev_allow
+
     def stale_nodes(self) -> list[fx.Node]:
         """Nodes whose ``meta["val"]`` a re-trace would change, given their inputs' values
         (quantized ops without a fake kernel excepted: ``apply`` always recomputes those).
@@ -265,22 +280,14 @@ class VirtualRetracer:
         A real re-trace fixes every stale value; an incremental one only those downstream of
         an edit. So this must be empty before incremental re-traces can stand in for real ones.
         Raises ``VirtualRetraceUnsupported`` for what it cannot compute."""
-        from torch._dispatch.python import enable_python_dispatcher
-
         stale = []
-        fake_mode = self.fake_mode
-        prev_allow = fake_mode.allow_non_fake_inputs
-        fake_mode.allow_non_fake_inputs = True
-        try:
-            with fake_mode, enable_python_dispatcher():
-                for node in self.graph_module.graph.nodes:
-                    if node.op != "call_function" or node.target in self._special:
-                        continue
-                    new_val = self._fake_val(node)
-                    if not _same_tensor_meta(node.meta.get("val"), new_val):
-                        stale.append(node)
-        finally:
-            fake_mode.allow_non_fake_inputs = prev_allow
+        with self._faking():
+            for node in self.graph_module.graph.nodes:
+                if node.op != "call_function" or node.target in self._special:
+                    continue
+                new_val = self._fake_val(node)
+                if not _same_tensor_meta(node.meta.get("val"), new_val):
+                    stale.append(node)
         return stale
 
     def apply(
@@ -306,75 +313,80 @@ class VirtualRetracer:
         the value they had, users dicts not in graph order (the between-scan model claims to
         have written all three as the re-trace leaves them).
         """
-        from torch._dispatch.python import enable_python_dispatcher
-
         graph = self.graph_module.graph
         self.mismatches = 0
         if prologue:
-            before = len(graph.nodes) if check else 0
-            graph.eliminate_dead_code()
-            graph.lint()
-            if check:
-                self.mismatches += before - len(graph.nodes)
+            self._prologue(graph, check)
         mirror_names_and_provenance(graph, pass_name)
         self._arm_pass = arm_pass
+        nodes = list(graph.nodes)
+        with self._faking():
+            recomputed, dispatched = self._refresh_values(nodes, check)
+        # What dispatch gives for these args: a later in-place re-trace may keep it.
+        inplace.note_dispatched(graph, dispatched)
+        self._order_users(nodes, check)
+        self.snapshot()
+        return recomputed
+
+    def _prologue(self, graph: fx.Graph, check: bool) -> None:
+        """The propagation pass's ``_retrace`` prologue: DCE and lint (with ``check``, the
+        erased nodes count as mismatches)."""
+        before = len(graph.nodes) if check else 0
+        graph.eliminate_dead_code()
+        graph.lint()
+        if check:
+            self.mismatches += before - len(graph.nodes)
+
+    def _refresh_values(self, nodes: list[fx.Node], check: bool) -> tuple[int, list[fx.Node]]:
+        """Recompute (under ``_faking``) the vals of the nodes edited since the snapshot, those
+        reading a changed value and the quantized ops without a fake kernel; returns how many
+        were recomputed and those whose val dispatch gave."""
         seen = self._seen
         changed: set[fx.Node] = set()
         dispatched: list[fx.Node] = []
         recomputed = 0
-        nodes = list(graph.nodes)
-        fake_mode = self.fake_mode
-        prev_allow = fake_mode.allow_non_fake_inputs
-        fake_mode.allow_non_fake_inputs = True
-        try:
-            with fake_mode, enable_python_dispatcher():
-                for node in nodes:
-                    if node.op in ("placeholder", "get_attr"):
-                        if node not in seen:
-                            raise VirtualRetraceUnsupported(f"new {node.op}")
-                        continue
-                    if node.op == "output":
-                        continue
-                    old = seen.get(node)
-                    edited = (
-                        self.full
-                        or old is None
-                        or old[0] is not node.args
-                        or old[1] is not node.kwargs
-                        or old[2] is not node.meta.get("val")
-                    )
-                    # Quantized ops without a fake kernel get their val from ``ArmPass`` and
-                    # from ``ExportPass`` by different rules: always recompute them.
-                    special = node.target in self._special
-                    if (
-                        not edited
-                        and not special
-                        and not any(i in changed for i in node._input_nodes)
-                    ):
-                        continue
-                    old_val = node.meta.get("val")
-                    new_val = self._fake_val(node)
-                    recomputed += 1
-                    if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
-                        raise VirtualRetraceUnsupported("non-fake tensor result")
-                    node.meta["val"] = new_val
-                    if not special:
-                        dispatched.append(node)
-                    # Downstream values were computed from the snapshot's value, whatever an
-                    # edit wrote since: compare with that.
-                    if old is None or not _same_tensor_meta(old[2], new_val):
-                        changed.add(node)
-                    if check and not _same_tensor_meta(old_val, new_val):
-                        self.mismatches += 1
-        finally:
-            fake_mode.allow_non_fake_inputs = prev_allow
-        # What dispatch gives for these args: a later in-place re-trace may keep it.
-        inplace.note_dispatched(graph, dispatched)
+        for node in nodes:
+            if node.op in ("placeholder", "get_attr"):
+                if node not in seen:
+                    raise VirtualRetraceUnsupported(f"new {node.op}")
+                continue
+            if node.op == "output":
+                continue
+            old = seen.get(node)
+            edited = (
+                self.full
+                or old is None
+                or old[0] is not node.args
+                or old[1] is not node.kwargs
+                or old[2] is not node.meta.get("val")
+            )
+            # Quantized ops without a fake kernel get their val from ``ArmPass`` and
+            # from ``ExportPass`` by different rules: always recompute them.
+            special = node.target in self._special
+            if not edited and not special and not any(i in changed for i in node._input_nodes):
+                continue
+            old_val = node.meta.get("val")
+            new_val = self._fake_val(node)
+            recomputed += 1
+            if not isinstance(new_val, FakeTensor) and isinstance(new_val, torch.Tensor):
+                raise VirtualRetraceUnsupported("non-fake tensor result")
+            node.meta["val"] = new_val
+            if not special:
+                dispatched.append(node)
+            # Downstream values were computed from the snapshot's value, whatever an
+            # edit wrote since: compare with that.
+            if old is None or not _same_tensor_meta(old[2], new_val):
+                changed.add(node)
+            if check and not _same_tensor_meta(old_val, new_val):
+                self.mismatches += 1
+        return recomputed, dispatched
+
+    def _order_users(self, nodes: list[fx.Node], check: bool) -> None:
+        """Every users dict in graph order, as the re-trace builds them (with ``check``, each
+        one that was not counts as a mismatch)."""
         before_users = [list(node.users) for node in nodes] if check else []
         inplace.order_users(nodes)
         if check:
             self.mismatches += sum(
                 old != list(node.users) for old, node in zip(before_users, nodes, strict=True)
             )
-        self.snapshot()
-        return recomputed

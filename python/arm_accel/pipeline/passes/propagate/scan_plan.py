@@ -308,6 +308,32 @@ def export_scan_input(
     if not cache.targets:
         cache.targets = _shared_target_bits(pass_, tosa)
     targets = cache.targets
+    table = export_light(graph_module, _cached_classifier(pass_, tosa, targets))
+    extra = np.fromiter((targets[t][1] for t in table.targets), np.uint32, len(table.targets))
+    metas = list(map(_get_meta, table.nodes))
+    shapes = _shape_columns(metas)
+    if shapes is None:
+        return "symbolic shape"
+    rank, shape_ptr, shape, flags = shapes
+    special = _special_column(metas)
+    flags[special == int(Special.INT48)] |= np.uint32(Flag.INT48)
+    rows, form = _int_args_and_forms(table, cache.args)
+    table = with_int_args(table, rows)
+    table = dataclasses.replace(
+        table,
+        rank=rank,
+        shape_ptr=shape_ptr,
+        shape=shape,
+        flags=table.flags | flags,
+        light=False,
+    )
+    return table, extra, special, form
+
+
+def _cached_classifier(
+    pass_: Any, tosa: bool, targets: dict[Any, tuple[int, int]]
+) -> Callable[[Any], int]:
+    """The class bits of a target, its (class, extra) bits computed once into ``targets``."""
     classify = _classifier(pass_, tosa)
 
     def cls_of(target: Any) -> int:
@@ -316,12 +342,15 @@ def export_scan_input(
             bits = targets[target] = (classify(target), _extra_bits(pass_, target))
         return bits[0]
 
-    table = export_light(graph_module, cls_of)
-    nodes = table.nodes
-    n = len(nodes)
-    extra = np.fromiter((targets[t][1] for t in table.targets), np.uint32, len(table.targets))
+    return cls_of
 
-    metas = list(map(_get_meta, nodes))
+
+def _shape_columns(
+    metas: list[dict[str, Any]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """(rank, shape_ptr, shape, NON_TENSOR flags) of the nodes' ``val``; None when a dim is
+    not an int."""
+    n = len(metas)
     vals = list(map(_get_val, metas))
     shapes = [v.shape if isinstance(v, torch.Tensor) else None for v in vals]
     tensor = np.fromiter(map(operator.is_not, shapes, itertools.repeat(None)), bool, n)
@@ -329,13 +358,19 @@ def export_scan_input(
     rank = np.fromiter(map(len, dims), np.int32, n)
     # The call declined symbolic shapes; a value a re-trace made symbolic declines the scan.
     if not set(map(type, itertools.chain.from_iterable(dims))) <= {int}:
-        return "symbolic shape"
+        return None
     shape = np.fromiter(itertools.chain.from_iterable(dims), np.int64, int(rank.sum()))
     rank[~tensor] = -1
     shape_ptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.where(tensor, rank, 0), out=shape_ptr[1:])
     flags = np.where(tensor, np.uint32(0), np.uint32(Flag.NON_TENSOR)).astype(np.uint32)
+    return rank, shape_ptr, shape, flags
 
+
+def _special_column(metas: list[dict[str, Any]]) -> np.ndarray:
+    """Each node's special-dtype code: 0 for none, ``Special.INT48``, then one code per other
+    special dtype in order of first appearance."""
+    n = len(metas)
     key, int48 = _special_key()
     special_vals = list(map(operator.methodcaller("get", key), metas))
     special = np.zeros(n, dtype=np.int32)
@@ -347,15 +382,21 @@ def export_scan_input(
         if code is None:
             code = codes[value] = len(codes) + 1
         special[i] = code
-    flags[special == int(Special.INT48)] |= np.uint32(Flag.INT48)
+    return special
 
-    # Integer args and forms, for the nodes whose class has them; reused from the previous scan
-    # of this graph while the node's args and kwargs are the same objects.
+
+def _int_args_and_forms(
+    table: NodeTable, arg_cache: dict[fx.Node, tuple[Any, ...]]
+) -> tuple[list[list[int] | None], np.ndarray]:
+    """(integer-argument rows, form bits) of the nodes whose class has them; reused from the
+    previous scan of this graph (``arg_cache``) while the node's args and kwargs are the same
+    objects."""
+    nodes = table.nodes
+    n = len(nodes)
     form = np.zeros(n, dtype=np.uint32)
     rows: list[list[int] | None] = [[]] * n
     # Target -1 (no interned target) reads the appended 0; the table may intern no target.
     node_cls = np.append(table.target_class, np.zeros(1, table.target_class.dtype))[table.target]
-    arg_cache = cache.args
     for i in np.flatnonzero(node_cls & np.uint32(_FORM_CLASSES)).tolist():
         c = int(node_cls[i])
         node = nodes[i]
@@ -368,16 +409,7 @@ def export_scan_input(
         f = arg_form(node, c)
         arg_cache[node] = (args, kwargs, c, row, f)
         rows[i], form[i] = row, f
-    table = with_int_args(table, rows)
-    table = dataclasses.replace(
-        table,
-        rank=rank,
-        shape_ptr=shape_ptr,
-        shape=shape,
-        flags=table.flags | flags,
-        light=False,
-    )
-    return table, extra, special, form
+    return rows, form
 
 
 def apply_edits(pass_: Any, nodes: list[fx.Node], edits: Sequence[_native.Edit]) -> None:
