@@ -59,9 +59,11 @@ def test_info_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_profiler_restores_hooks() -> None:
     """The profiler wraps the pass entry points and every part of the lowering it attributes
-    (``LOWERING_PARTS``) while active, and puts each stock object back."""
+    (``LOWERING_PARTS``) while active, and puts each object back as it was; the Arm passes
+    (whose import activates arm-accel) are imported first, as the profiler itself does."""
     import importlib
 
+    import executorch.backends.arm._passes  # noqa: F401
     from executorch.exir.pass_base import _ExportPassBase
     from torch.fx.passes.infra.pass_base import PassBase
 

@@ -433,8 +433,9 @@ class Profiler:
         re-trace; False when executorch's pass base does not import."""
         from torch.fx.passes.infra.pass_base import PassBase
 
-        self._patch_attr(PassBase, "__call__", self._wrap_pass)
+        # Importing the Arm passes activates arm-accel: first, so the hooks wrap what runs.
         arm_pass = _arm_pass_base()
+        self._patch_attr(PassBase, "__call__", self._wrap_pass)
         if arm_pass is not None:
             self._patch_attr(arm_pass, "__call__", self._wrap_pass)
         try:
