@@ -138,11 +138,15 @@ def print_patches(status: Status) -> None:
     """Every row of the patch table and every modelled behaviour, installed or why stock."""
     rows, models = status.patches, status.models
     print(f"patches     {sum(r.installed for r in rows)} of {len(rows)} installed")
+    layer = max((len(r.layer) for r in rows), default=0)
+    group = max((len(r.group) for r in rows), default=0)
+    row = max((len(r.row) for r in rows), default=0)
     for r in rows:
-        print(f"  {r.layer:8} {r.group:19} {r.row:40} {r.reason}")
+        print(f"  {r.layer:{layer}} {r.group:{group}} {r.row:{row}} {r.reason}")
     print(f"models      {sum(m.holds for m in models)} of {len(models)} hold")
+    width = layer + group + row + 2
     for m in models:
-        print(f"  {m.name:69} {m.reason}")
+        print(f"  {m.name:{width}} {m.reason}")
 
 
 def cmd_check_pins(args: argparse.Namespace) -> int:
