@@ -23,7 +23,8 @@ import torch.fx
 from arm_accel import PassStats
 from arm_accel.bootstrap import activation
 from arm_accel.control import counters, switch
-from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal
+from arm_accel.fxstock import GraphJournal
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline
 
 # A stock Arm pass that the TOSA pipeline runs (3x, when the graph holds one of its target ops)
 # and that another executorch module (fold_qdq_with_annotated_qparams_pass) imports by name.

@@ -15,6 +15,7 @@ LAYERS = (
     "quantize",
     "edge",
     "pipeline",
+    "fxstock",
     "runtime",
     "native",
     "control",

@@ -21,6 +21,7 @@ import pytest
 import torch
 from arm_accel import PassStats
 from arm_accel.control import counters, switch
+from arm_accel.fxstock import GraphJournal, freshness
 from arm_accel.patches import table
 from arm_accel.patches.model import Pin
 from arm_accel.pipeline import engine, inplace
@@ -231,7 +232,7 @@ def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule
     counters.reset()
     expected = stock_retrace(GuardedAddToSub(), copy.deepcopy(edge_graph)).graph_module
     graph = copy.deepcopy(edge_graph)
-    inplace.record_freshness(graph.graph)
+    freshness.record(graph.graph)
     with engine.arm_pipeline():
         result, run = inplace.retrace(GuardedAddToSub(), graph)
     assert_graphs_identical(expected, result.graph_module)
@@ -323,7 +324,6 @@ def test_a_rolled_back_transaction_restores_the_graphs_identity(
 ) -> None:
     """A transaction renewed the graph's identity (a re-trace inside it) and rolled back: the
     graph is the one it was, and records made from it name what they named before."""
-    from arm_accel.pipeline.passes.base import GraphJournal
     from arm_accel.runtime import identity
 
     gm = copy.deepcopy(edge_graph)
@@ -470,15 +470,15 @@ def test_rollback_restores_users_and_index_order(edge_graph: fx.GraphModule) -> 
     before = copy.deepcopy(graph_module)
     orders_before = orders(graph_module)
     edits: list[int] = []
-    journal_rollback = inplace._Journal.rollback
+    journal_rollback = GraphJournal.rollback
 
-    def rollback(journal: inplace._Journal) -> None:
-        edits.append(len(journal.args) + len(journal.targets))
+    def rollback(journal: GraphJournal) -> None:
+        edits.append(len(journal._args) + len(journal._targets))
         journal_rollback(journal)
 
     counters.reset()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(inplace._Journal, "rollback", rollback)
+        patch.setattr(GraphJournal, "rollback", rollback)
         with pytest.raises(RuntimeError, match="last add"):
             engine_retrace(EditsThenRaises(), graph_module)
     assert edits and edits[0] >= 3, edits
@@ -601,7 +601,7 @@ def test_what_a_re_trace_left_dies_with_its_graph(edge_graph: fx.GraphModule) ->
     import weakref
 
     result = engine_retrace(Identity(), copy.deepcopy(edge_graph)).graph_module
-    assert inplace._left_by(result.graph)
+    assert freshness.left_by(result.graph)
     graph = weakref.ref(result.graph)
     del result
     gc.collect()
@@ -685,31 +685,6 @@ def test_edge_program_identical_to_stock(model: str, monkeypatch: pytest.MonkeyP
     assert expected <= in_place, in_place
     name, first = engines[0]
     assert first.claimed_as_is > 0 and first.dispatched == 0, (name, first.dispatched)
-
-
-def test_fresh_names_are_a_fresh_namespaces() -> None:
-    """``inplace.fresh_names`` against torch's own ``_Namespace.create_name`` on sequences of
-    candidates with clashes, numeric suffixes, illegal characters and builtins: the same names
-    and the same namespace state, on a first call and on a repeated (remembered) one, and a
-    namespace handed out and then used does not change what a later call hands out."""
-    import random
-
-    from torch.fx.graph import _Namespace
-
-    rng = random.Random(7)
-    pool = ["x", "x_1", "x_01", "add", "add_1", "add_2", "1abc", "", "list", "a.b", "mul_10"]
-    pool += ["torch", "inf", "class", "_1", "x__1", "list_1", "a_b_2", "__x__", "9"]
-    for _ in range(200):
-        candidates = [rng.choice(pool) for _ in range(rng.randint(0, 16))]
-        expected = _Namespace()
-        expected_names = tuple(expected.create_name(c, None) for c in candidates)
-        for _repeat in range(2):
-            names, namespace = inplace.fresh_names(candidates)
-            assert names == expected_names
-            assert namespace._used_names == expected._used_names
-            assert namespace._base_count == expected._base_count
-            assert namespace._obj_to_name == {}
-            namespace.create_name("x", None)  # the caller goes on naming in it
 
 
 def test_proxy_data_is_what_pytree_gives() -> None:

@@ -31,6 +31,8 @@ from torch.export.graph_signature import (
 
 from arm_accel import patches
 from arm_accel.edge import cia_ops, dtype_check, param_meta, subtrace
+from arm_accel.fxstock import meta as fxmeta
+from arm_accel.fxstock import names
 from arm_accel.pipeline import engine
 from arm_accel.runtime import collector, deferred, fake_memo, provenance
 
@@ -312,7 +314,7 @@ def _placeholder_decline(ep: ExportedProgram, bases: set[str]) -> str | None:
             return f"placeholder {node.name} shares a name with an op"
         # export names placeholders directly; the replay's fx namespace renames builtins
         # (``input`` becomes ``input_1``)
-        if fx.graph._Namespace().create_name(node.name, None) != node.name:
+        if names.renamed_by_fx(node.name):
             return f"placeholder {node.name} is a name fx renames"
     return None
 
@@ -331,22 +333,15 @@ def _replayed_meta(
     old: fx.Node, source: fx.Node, target: Any, seq_nr: int, args: Any, kwargs: Any
 ) -> dict[str, Any]:
     """The meta the tracer gives the replay of ``source`` (``old``'s copy in ``ep.module()``),
-    in the tracer's key order: stack trace, the preserved fields (``copy.copy``), seq_nr,
+    in the tracer's key order: the traced fields (``fxstock.meta``) under ``source``'s meta,
     eager input values, value and tensor meta."""
     from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals, extract_val
-    from torch.fx.proxy import _COPY_META_FIELDS
 
     current = dict(source.meta)
     current["from_node"] = subtrace.created_from(source)
     if isinstance(target, torch._ops.OpOverload):  # set_original_aten_op at dispatch
         current["original_aten"] = target
-    meta: dict[str, Any] = {}
-    if current.get("stack_trace"):
-        meta["stack_trace"] = current["stack_trace"]
-    for field in _COPY_META_FIELDS:
-        if field in current:
-            meta[field] = copy.copy(current[field])
-    meta["seq_nr"] = seq_nr
+    meta = fxmeta.traced_meta(current, seq_nr)
     if _should_save_eager_input_vals(target, (args, kwargs)):
 
         def value(v: Any) -> Any:

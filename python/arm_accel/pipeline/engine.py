@@ -25,6 +25,7 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel.control import counters, switch
+from arm_accel.fxstock import freshness
 from arm_accel.patches import original
 from arm_accel.runtime import codegen, collector, deferred
 from arm_accel.runtime.scopes import ThreadScope
@@ -220,7 +221,7 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
         raise RuntimeError(message) from failure
     # Every value of a stock re-trace is what dispatch gives: later in-place re-traces may
     # keep those the graph still holds.
-    inplace.record_freshness(result.graph_module.graph)
+    freshness.record(result.graph_module.graph)
     counters.record_call(name, time.perf_counter() - start, False)
     return result
 
@@ -243,9 +244,7 @@ def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
         and switch.is_enabled()
         and isinstance(result, PassResult)
     ):
-        from arm_accel.pipeline import inplace
-
-        inplace.record_freshness(result.graph_module.graph)
+        freshness.record(result.graph_module.graph)
     return result
 
 

@@ -6,14 +6,14 @@ call that rebuilds the node being interpreted from its own inputs *claims* that 
 re-pointed, meta written as stock writes it, the value re-dispatched only when it may differ);
 every other call creates its node as stock does. Then unclaimed nodes are erased, every node is
 named as stock's fresh namespace would name it, and the graph is wrapped in a new
-``GraphModule``. Any exception before that commit undoes every change (``_Journal``) and the
-caller runs the stock re-trace. Why this is stock's result: design.md, "The re-trace engine".
+``GraphModule``. Any exception before that commit undoes every change (``fxstock``'s journal)
+and the caller runs the stock re-trace. Why this is stock's result: design.md, "The re-trace
+engine".
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,77 +23,20 @@ from executorch.exir.pass_base import ExportPass, NodeMetadata, ProxyValue, _Exp
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx import traceback as fx_traceback
-from torch.fx.graph import _Namespace
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 from torch.fx.node import map_arg
-from torch.fx.proxy import _COPY_META_FIELDS, _get_seq_nr
+from torch.fx.proxy import _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel import patches
+from arm_accel.fxstock import GraphJournal, freshness, names, order
+from arm_accel.fxstock import meta as fxmeta
 from arm_accel.pipeline.passthrough import passthrough
 from arm_accel.runtime import fake_memo, identity
 
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
     """The graph or the pass holds something the in-place re-trace does not model."""
-
-
-# ---------------------------------------------------------------------------------------------
-# What our last re-trace of a graph left, to know which values are still what dispatch gives.
-
-
-class _Left:
-    """A node's target/args/kwargs/val objects when a re-trace left it (a slotted class: one
-    is made per node per re-trace)."""
-
-    __slots__ = ("target", "args", "kwargs", "val")
-
-    def __init__(self, target: Any, args: Any, kwargs: Any, val: Any) -> None:
-        self.target, self.args, self.kwargs, self.val = target, args, kwargs, val
-
-
-#: The attribute of an ``fx.Graph`` holding what our last re-trace of it left. On the graph
-#: itself, not in a weak-keyed table: the entries reference the nodes, which reference the
-#: graph, so a table would keep every graph alive. ``Graph.__deepcopy__`` does not copy it.
-_LEFT_ATTR = "_arm_accel_left"
-
-
-def record_freshness(graph: fx.Graph) -> None:
-    """Remember each node's target/args/kwargs/val objects: fx replaces the args containers on
-    every edit and passes replace ``meta["val"]``, so identity says "untouched since"."""
-    setattr(graph, _LEFT_ATTR, {n: _left_now(n) for n in graph.nodes})
-
-
-def _left_now(node: fx.Node) -> _Left:
-    """The node's target/args/kwargs/val objects as they are now."""
-    return _Left(node.target, node._args, node._kwargs, node.meta.get("val"))
-
-
-def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
-    """These nodes' values were just fake-dispatched from their inputs' current values (the
-    virtual re-trace): where a record of the graph exists, they count as left by a re-trace."""
-    left = getattr(graph, _LEFT_ATTR, None)
-    if left is None:
-        return
-    for n in nodes:
-        left[n] = _left_now(n)
-
-
-def _left_by(graph: fx.Graph) -> dict[fx.Node, _Left]:
-    return getattr(graph, _LEFT_ATTR, None) or {}
-
-
-def _left_as_is(left: dict[fx.Node, _Left], node: fx.Node) -> _Left | None:
-    entry = left.get(node)
-    if (
-        entry is not None
-        and entry.target is node.target
-        and entry.args is node.args
-        and entry.kwargs is node.kwargs
-        and entry.val is node.meta.get("val")
-    ):
-        return entry
-    return None
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -380,76 +323,6 @@ def _current_meta(node: fx.Node, pass_name: str) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The journal: every change to the old graph before the commit, undone on failure.
-
-
-class _Journal:
-    def __init__(self, graph: fx.Graph) -> None:
-        self.graph = graph
-        ns = graph._graph_namespace
-        self._names = (dict(ns._obj_to_name), set(ns._used_names), dict(ns._base_count))
-        self._insert = graph._insert
-        self.created: list[fx.Node] = []
-        self.args: list[tuple[fx.Node, Any, Any]] = []
-        self.metas: dict[fx.Node, dict[str, Any]] = {}
-        self.targets: list[tuple[fx.Node, Any]] = []
-        # Undoing an edit through fx appends where the edit removed: a node whose args are set
-        # back lands at the end of its inputs' users and of its find_nodes bucket. So the first
-        # edit of each saves those orders as they were, for the rollback to put back.
-        self.users: dict[fx.Node, list[fx.Node]] = {}
-        self.buckets: dict[tuple[str, Any], list[fx.Node]] = {}
-
-    def set_args(self, node: fx.Node, args: Any, kwargs: Any) -> None:
-        self.args.append((node, node.args, node.kwargs))
-        for inp in node._input_nodes:
-            if inp not in self.users:
-                self.users[inp] = list(inp.users)
-        self._save_bucket(node)  # fx re-files a node whose args are set
-        node.args, node.kwargs = args, kwargs
-
-    def set_target(self, node: fx.Node, target: Any) -> None:
-        self.targets.append((node, node.target))
-        self._save_bucket(node)
-        node.target = target  # fx updates its find_nodes index
-
-    def _save_bucket(self, node: fx.Node) -> None:
-        table = self.graph._find_nodes_lookup_table
-        key = table._key(node)
-        if key not in self.buckets:
-            self.buckets[key] = list(table.table.get(key, ()))
-
-    def set_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
-        self.metas.setdefault(node, node.meta)
-        # Not ``node.meta = meta``: fx would re-file the node in the graph's find_nodes index
-        # on every write; ``_commit`` files every node once, in graph order.
-        object.__setattr__(node, "meta", meta)
-
-    def rollback(self) -> None:
-        self.graph._insert = self._insert
-        for node, args, kwargs in reversed(self.args):
-            node.args, node.kwargs = args, kwargs
-        for node, target in reversed(self.targets):
-            node.target = target
-        for node in reversed(self.created):
-            if not node._erased:
-                self.graph.erase_node(node)
-        for node, users in self.users.items():
-            node.users.clear()
-            node.users.update((u, None) for u in users if not u._erased)
-        table = self.graph._find_nodes_lookup_table.table
-        for key, bucket in self.buckets.items():
-            table[key] = {n: None for n in bucket if not n._erased}
-        for node, meta in self.metas.items():
-            object.__setattr__(node, "meta", meta)  # as set_meta wrote it: no re-filing
-        ns = self.graph._graph_namespace
-        ns._obj_to_name, ns._used_names, ns._base_count = (
-            self._names[0],
-            self._names[1],
-            self._names[2],
-        )
-
-
-# ---------------------------------------------------------------------------------------------
 # The interpreter
 
 
@@ -524,24 +397,6 @@ def _wraps(target: Any, op: Any) -> bool:
     return isinstance(target, EdgeOpOverload) and target._op is op
 
 
-def _creation_candidate(graph: fx.Graph, target: Any, name: str | None) -> str:
-    """The name candidate ``Graph.create_node`` starts from (what stock's new graph sees)."""
-    return name if name is not None else graph._target_to_str(target)
-
-
-def _fx_name(graph: fx.Graph, target: Any) -> str | None:
-    """The ``name`` ``_ExportPassBase._fx`` passes to ``create_proxy``."""
-    if isinstance(target, torch._ops.OpOverload):
-        return graph._target_to_str(target.overloadpacket.__name__)
-    return None
-
-
-def rebuilt_name_candidate(graph: fx.Graph, target: Any) -> str:
-    """The name candidate of the node an ``ExportPass`` re-trace rebuilds, as it was, for a
-    call_function (or output) node with ``target``."""
-    return _creation_candidate(graph, target, _fx_name(graph, target))
-
-
 class InplaceRetrace:
     """One in-place re-trace of ``graph_module`` by ``pass_`` (see the module docstring)."""
 
@@ -550,9 +405,9 @@ class InplaceRetrace:
         self.gm = graph_module
         self.graph = graph_module.graph
         self.order: list[fx.Node] = list(self.graph.nodes)
-        self.left = _left_by(self.graph)
+        self.left = freshness.left_by(self.graph)
         # Nodes as the last re-trace left them (their value is what dispatch gave then).
-        self.as_is = {n for n in self.order if _left_as_is(self.left, n) is not None}
+        self.as_is = {n for n in self.order if freshness.left_as_is(self.left, n) is not None}
         self.old_val: dict[fx.Node, Any] = {n: n.meta.get("val") for n in self.order}
         self.claimed: dict[fx.Node, ProxyValue] = {}
         self.candidates: dict[fx.Node, str] = {}
@@ -566,14 +421,15 @@ class InplaceRetrace:
         #: one it models (set when the interpretation starts).
         self.fast_meta = False
         self.candidate_of: dict[Any, str] = {}
-        self.journal = _Journal(self.graph)
+        self.journal = GraphJournal(graph_module)
+        self.journal.save_names()
 
     # -- hooks the tracer and the pass call ------------------------------------------------
     def insert(self, node: fx.Node) -> None:
         """``Graph._insert``: new nodes go where stock's creation order puts them."""
         assert self.anchor is not None
         self.anchor.prepend(node)
-        self.journal.created.append(node)
+        self.journal.track_created(node)
 
     def created(self, node: fx.Node, candidate: str) -> None:
         self.candidates[node] = candidate
@@ -626,7 +482,7 @@ class InplaceRetrace:
         if _quantized_value_modelled():
             # Stock's method without the node it creates: the same value, meta and name.
             value = _quantized_value(meta)
-            return self._take(node, value, meta, _creation_candidate(self.graph, op, None))
+            return self._take(node, value, meta, names.creation_candidate(self.graph, op, None))
         result = ArmPass._call_quantized_op_without_fake_kernel(self.pass_, op, args, kwargs, meta)
         return self._adopt(node, result)
 
@@ -635,7 +491,7 @@ class InplaceRetrace:
         node's meta (written by stock) and creation-order name; the created node goes."""
         new = made.proxy.node
         self._repoint_inputs(node)
-        self.journal.set_meta(node, new.meta)
+        self.journal.replace_meta(node, new.meta)
         self.candidates[node] = self.candidates.pop(new)
         self.graph.erase_node(new)
         proxy = ProxyValue(made.data, self.pass_.tracer.proxy(node))
@@ -649,8 +505,8 @@ class InplaceRetrace:
         assert node is not None and node.op == "placeholder" and node.target == name
         data = meta.data
         data["val"] = arg
-        self.journal.set_meta(node, data)
-        self.candidates[node] = _creation_candidate(self.graph, name, None)
+        self.journal.replace_meta(node, data)
+        self.candidates[node] = names.creation_candidate(self.graph, name, None)
         proxy = ProxyValue(arg, self.pass_.tracer.proxy(node))
         self.claimed[node] = proxy
         self._after_claim(node)
@@ -689,7 +545,7 @@ class InplaceRetrace:
         tracer = self.pass_.tracer
         self._repoint_inputs(node)
         new_meta = _stock_node_meta(tracer, node, meta.data)
-        self.journal.set_meta(node, new_meta)
+        self.journal.replace_meta(node, new_meta)
         if isinstance(res_data, FakeTensor):
             # What ``ExportTracer.set_metadata`` makes of a fake tensor, without its tree maps.
             new_meta["val"] = res_data
@@ -704,9 +560,10 @@ class InplaceRetrace:
 
     def _claim_as_is(self, node: fx.Node) -> ProxyValue | None:
         """The claim of a passed-through node that is as our last re-trace left it, on inputs
-        still what they were (same nodes, equal values), with a meta :func:`_rebuilt_key_order`
-        models: what :meth:`_claim` gives, without building the pass's current meta or fetching
-        the arguments. None when the node needs :meth:`_claim`."""
+        still what they were (same nodes, equal values), with a meta whose key order
+        ``fxstock.meta.retraced_key_order`` models: what :meth:`_claim` gives, without building
+        the pass's current meta or fetching the arguments. None when the node needs
+        :meth:`_claim`."""
         if not self.fast_meta or node not in self.as_is:
             return None
         val = self.old_val[node]
@@ -725,13 +582,14 @@ class InplaceRetrace:
         if stack_trace and fx_traceback.GRADIENT_ACC_SPECIAL_STACK in stack_trace:
             return None
         keys = tuple(meta)
-        order = _rebuilt_key_order(keys, bool(stack_trace), bool(meta.get("autograd_backward")))
-        if order is None:
+        backward = bool(meta.get("autograd_backward"))
+        key_order = fxmeta.retraced_key_order(keys, bool(stack_trace), backward)
+        if key_order is None:
             return None
-        new_meta = dict(meta) if not order else {k: meta[k] for k in order}
+        new_meta = dict(meta) if not key_order else {k: meta[k] for k in key_order}
         new_meta["val"] = val
         new_meta["tensor_meta"] = None
-        self.journal.set_meta(node, new_meta)
+        self.journal.replace_meta(node, new_meta)
         self.candidates[node] = self._rebuilt_candidate(node.target)
         proxy = ProxyValue(val, self.pass_.tracer.proxy(node))
         self.claimed[node] = proxy
@@ -739,10 +597,10 @@ class InplaceRetrace:
         return proxy
 
     def _rebuilt_candidate(self, target: Any) -> str:
-        """:func:`rebuilt_name_candidate`, once per target."""
+        """:func:`fxstock.names.rebuilt_name_candidate`, once per target."""
         candidate = self.candidate_of.get(target)
         if candidate is None:
-            candidate = self.candidate_of[target] = rebuilt_name_candidate(self.graph, target)
+            candidate = self.candidate_of[target] = names.rebuilt_name_candidate(self.graph, target)
         return candidate
 
     def _repoint_inputs(self, node: fx.Node) -> None:
@@ -799,6 +657,7 @@ class InplaceRetrace:
         if _stock_quantized_op(pass_):
             pass_._call_quantized_op_without_fake_kernel = self.quantized_op
         graph_create_node = self.graph.create_node
+        graph_insert = self.graph._insert
         self.graph._insert = self.insert
 
         def create_node(
@@ -810,7 +669,7 @@ class InplaceRetrace:
             type_expr: Any = None,
         ) -> fx.Node:
             node = graph_create_node(op, target, args, kwargs, None, type_expr)
-            self.created(node, _creation_candidate(self.graph, target, name))
+            self.created(node, names.creation_candidate(self.graph, target, name))
             return node
 
         self.graph.create_node = create_node  # type: ignore[method-assign]
@@ -820,6 +679,7 @@ class InplaceRetrace:
             self._check_erasable()
         except BaseException:
             del self.graph.create_node
+            self.graph._insert = graph_insert
             self.journal.rollback()
             raise
         finally:
@@ -828,7 +688,7 @@ class InplaceRetrace:
             for attr in _SHADOWED:
                 pass_.__dict__.pop(attr, None)
         del self.graph.create_node
-        self.graph._insert = self.journal._insert
+        self.graph._insert = graph_insert
         return self._commit(tracer)
 
     def _interpret(self, interpreter: fx.Interpreter, inputs: tuple[Any, ...]) -> None:
@@ -865,118 +725,20 @@ class InplaceRetrace:
             graph.erase_node(node)
         nodes = list(graph.nodes)
         candidates = self.candidates
-        names, namespace = fresh_names([candidates[node] for node in nodes])
-        for node, name in zip(nodes, names, strict=True):
-            if node.name != name:
-                node.name = name
-        graph._graph_namespace = namespace
-        order_users(nodes)
-        file_in_graph_order(graph, nodes)
+        names.rename_fresh(graph, nodes, [candidates[node] for node in nodes])
+        order.order_users(nodes)
+        order.file_in_graph_order(graph, nodes)
         # Placeholders keep their original values (ExportPass.call_submodule).
         for node in self.order:
             if node.op == "placeholder":
                 node.meta["val"] = self.old_val[node]
         new_gm = fx.GraphModule(tracer.root, graph)
         new_gm.meta = self.gm.meta.copy()
-        record_freshness(graph)
+        freshness.record(graph)
         # Stock's re-trace built a new graph: records made from these nodes from now on name
         # another graph than those this re-trace made.
         identity.renew(graph)
         return new_gm
-
-
-#: The last candidate sequence :func:`fresh_names` named, with its names and the namespace
-#: state they leave (a re-trace mostly names the nodes the previous one named, as it did).
-_last_names: list[Any] = [None]
-
-
-def fresh_names(candidates: list[str]) -> tuple[tuple[str, ...], _Namespace]:
-    """The names a fresh ``_Namespace`` gives these candidates in order (``create_name`` with
-    no object: a function of the sequence alone), and a namespace in the state it leaves."""
-    key = tuple(candidates)
-    last = _last_names[0]
-    if last is None or last[0] != key:
-        names, used, base_count = _create_names(key)
-        last = (key, names, frozenset(used), base_count)
-        _last_names[0] = last
-    namespace = _Namespace()
-    namespace._used_names = set(last[2])
-    namespace._base_count = dict(last[3])
-    return last[1], namespace
-
-
-#: Per candidate: what ``_Namespace.create_name`` derives from it alone (a bounded memo).
-_parses: dict[str, tuple[str, str, int | None]] = {}
-_PARSES_KEPT = 1 << 16
-
-
-def _parsed(candidate: str) -> tuple[str, str, int | None]:
-    """The candidate made a legal name, its base and numeric suffix: the first steps of
-    ``_Namespace.create_name``, with torch's own regexes, remembered per candidate."""
-    parse = _parses.get(candidate)
-    if parse is None:
-        from torch.fx.graph import _illegal_char_regex, _name_regex
-
-        legal = candidate
-        match = _name_regex.match(legal)
-        if match is None:
-            legal = _illegal_char_regex.sub("_", legal) or "_unnamed"
-            if legal[0].isdigit():
-                legal = f"_{legal}"
-            match = _name_regex.match(legal)
-            if match is None:
-                raise AssertionError(f"Name regex failed to match candidate: {legal}")
-        base, num = match.group(1, 2)
-        if len(_parses) >= _PARSES_KEPT:
-            _parses.clear()
-        parse = _parses[candidate] = (legal, base, None if num is None else int(num))
-    return parse
-
-
-def _create_names(key: tuple[str, ...]) -> tuple[tuple[str, ...], set[str], dict[str, int]]:
-    """``_Namespace.create_name(c, None)`` for each candidate in order, on a fresh namespace:
-    its names, used names and base counts (stock's loop with each candidate's regex parse
-    remembered)."""
-    from torch.fx.graph import _illegal_names
-
-    used: set[str] = set()
-    base_count: dict[str, int] = {}
-    names = []
-    for c in key:
-        legal, base, num = _parsed(c)
-        if num is None or legal in used:
-            num = base_count.get(base, 0)
-            if _illegal_names.get(legal, None) is not None:
-                num += 1
-                legal = f"{base}_{num}"
-        while legal in used:
-            num += 1
-            legal = f"{base}_{num}"
-        used.add(legal)
-        base_count[base] = num
-        names.append(legal)
-    return tuple(names), used, base_count
-
-
-def file_in_graph_order(graph: fx.Graph, nodes: list[fx.Node]) -> None:
-    """The graph's find_nodes index (op, target -> nodes) with every node filed in graph order:
-    as stock's re-trace leaves its new graph, whose nodes were filed as created, in order."""
-    table = graph._find_nodes_lookup_table
-    table.table.clear()
-    for node in nodes:
-        table.insert(node)
-
-
-def order_users(nodes: list[fx.Node]) -> None:
-    """Each node's users in graph order (``nodes`` in graph order, every user among them), as
-    stock's re-trace leaves them: it creates every user after its inputs, while a node kept in
-    place keeps its users dict and re-pointed args append to it. Later passes iterate
-    ``node.users``: its order decides what they do first."""
-    for node in nodes:
-        node.users.clear()
-    for node in nodes:
-        for inp in node._input_nodes:
-            inp.users[node] = None
 
 
 def _node_of(value: Any) -> fx.Node:
@@ -988,57 +750,23 @@ def _node_of(value: Any) -> fx.Node:
 
 def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[str, Any]:
     """The meta ``TracerBase.create_node`` + ``_fx`` give the node stock creates for ``node``:
-    the fields copied from the current meta, then the old meta over them (``val`` and
+    the traced fields (``fxstock.meta``), then the old meta over them (``val`` and
     ``tensor_meta`` follow from ``set_metadata``)."""
-    meta: dict[str, Any] = {}
     if fx_traceback.has_preserved_node_meta():
-        current = fx_traceback.get_current_meta()
-        stack_trace = current.get("stack_trace")
-        if stack_trace:
-            meta["stack_trace"] = stack_trace
-            if fx_traceback.GRADIENT_ACC_SPECIAL_STACK in stack_trace:
-                meta["is_gradient_acc"] = True
-                meta["autograd_backward"] = True
-        for field in _COPY_META_FIELDS:
-            if field in current:
-                # The old meta overwrites what it has below: keep the key's place only (reading
-                # ``from_node`` would build the provenance record for nothing).
-                meta[field] = None if field in old else copy.copy(current[field])
-        seq_nr = _get_seq_nr(node.name)
-        if seq_nr is not None:
-            meta["seq_nr"] = seq_nr
         if fx_traceback.get_current_replay_node() is not None:
             raise Unsupported("functionalization replay node")
-        if current.get("autograd_backward", False):
-            meta["autograd_backward"] = True
+        # The old meta overwrites what it has: keep those fields' places only (reading
+        # ``from_node`` would build the provenance record for nothing).
+        current = fx_traceback.get_current_meta()
+        meta = fxmeta.traced_meta(current, _get_seq_nr(node.name), placed=old)
     elif tracer.module_stack:
-        meta["nn_module_stack"] = copy.copy(tracer.module_stack)
+        meta = {"nn_module_stack": copy.copy(tracer.module_stack)}
+    else:
+        meta = {}
     if tracer.record_stack_traces:
         raise Unsupported("tracer records stack traces")
     meta.update(old)
     return meta
-
-
-@functools.lru_cache(maxsize=1024)
-def _rebuilt_key_order(
-    keys: tuple[str, ...], stack_trace: bool, autograd_backward: bool
-) -> tuple[str, ...] | None:
-    """The key order of what :func:`_stock_node_meta` makes of a node meta with these keys
-    (whose ``stack_trace`` and ``autograd_backward`` are truthy or not), every value the meta's
-    own: the fields ``TracerBase.create_node`` sets first, then the rest in the meta's order.
-    ``()`` when that is ``keys``' own order. None when a value would not be the meta's own:
-    no ``from_node`` (the current meta's record is copied) or ``seq_nr`` (the autograd counter
-    is read), or ``in_grad_fn`` (another ``seq_nr`` rule)."""
-    if "from_node" not in keys or "seq_nr" not in keys or "in_grad_fn" in keys:
-        return None
-    first = ["stack_trace"] if stack_trace else []
-    first += [field for field in _COPY_META_FIELDS if field in keys]
-    first.append("seq_nr")
-    if autograd_backward:
-        first.append("autograd_backward")
-    placed = set(first)
-    order = (*first, *(k for k in keys if k not in placed))
-    return () if order == keys else order
 
 
 def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:
@@ -1087,8 +815,6 @@ def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetra
 __all__ = [
     "InplaceRetrace",
     "Unsupported",
-    "order_users",
-    "rebuilt_name_candidate",
     "retrace",
     "same_value",
 ]

@@ -28,8 +28,9 @@ from executorch.exir.pass_base import PassResult
 from torch import fx
 
 from arm_accel import _native
+from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import Cls, call_nodes_with_targets, export_light, with_users
-from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
 from arm_accel.pipeline.passes.kernels import run_kernel
 
 logger = logging.getLogger("arm_accel")

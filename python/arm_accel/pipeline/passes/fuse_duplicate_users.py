@@ -32,8 +32,9 @@ from torch import fx
 from torch.fx.node import map_arg
 
 from arm_accel import _native
+from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import _get_users, export_light, with_int_args, with_users
-from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
 from arm_accel.pipeline.passes.kernels import no_class, run_kernel
 
 logger = logging.getLogger("arm_accel")

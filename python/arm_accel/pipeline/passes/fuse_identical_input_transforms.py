@@ -24,8 +24,9 @@ from executorch.backends.transforms.fuse_identical_input_transforms_pass import 
 from executorch.exir.pass_base import PassResult
 from torch import fx
 
+from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import call_nodes_with_targets
-from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
 
 logger = logging.getLogger("arm_accel")
 

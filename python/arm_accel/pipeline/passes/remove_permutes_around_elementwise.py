@@ -25,8 +25,9 @@ from executorch.exir.pass_base import PassResult
 from torch import fx
 
 from arm_accel import _native
+from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import call_nodes_with_targets, constant_names, export_light
-from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, GraphJournal, _stock_class
+from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
 from arm_accel.pipeline.passes.kernels import no_class, run_kernel
 
 logger = logging.getLogger("arm_accel")

@@ -26,7 +26,8 @@ from executorch.exir.pass_base import ExportPass, PassResult
 from torch import fx
 
 from arm_accel.control import counters, switch
-from arm_accel.pipeline.passes.base import GraphJournal, _stock_class, stage
+from arm_accel.fxstock import GraphJournal
+from arm_accel.pipeline.passes.base import _stock_class, stage
 from arm_accel.pipeline.passes.canonicalize import BaseCanonicalizeViewCopyPermutePass
 from arm_accel.pipeline.passes.fuse_duplicate_users import BaseFuseDuplicateUsersPass
 from arm_accel.pipeline.passes.fuse_identical_input_transforms import (

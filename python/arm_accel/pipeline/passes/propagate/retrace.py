@@ -21,7 +21,7 @@ from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
-from arm_accel.pipeline import inplace
+from arm_accel.fxstock import freshness, names, order
 from arm_accel.runtime import identity
 
 _local = threading.local()
@@ -133,18 +133,6 @@ def provenance_pass_name(pass_: Any) -> str:
     return f"Interpreter_{type(pass_).ExportInterpreter.__name__}"
 
 
-def _sanitized(candidate: str) -> str:
-    """The candidate ``_Namespace.create_name`` goes on with (its first step, which depends on
-    the candidate only): done once per target instead of per node (half the renaming's cost)."""
-    from torch.fx.graph import _illegal_char_regex, _name_regex
-
-    if _name_regex.match(candidate) is None:
-        candidate = _illegal_char_regex.sub("_", candidate) or "_unnamed"
-        if candidate[0].isdigit():
-            candidate = f"_{candidate}"
-    return candidate
-
-
 def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
     """What an ``ExportPass`` re-trace does to provenance and names, which later edits and the
     closing re-trace read. ``set_current_meta`` gives each interpreted node with meta and no
@@ -153,33 +141,27 @@ def mirror_names_and_provenance(graph: fx.Graph, pass_name: str) -> None:
     re-traced graph names its nodes afresh in graph order: nodes created after it draw from that
     name space. Placeholders keep their old meta (``ExportPass.placeholder``)."""
     from torch.fx import traceback as fx_traceback
-    from torch.fx.graph import _Namespace
-
-    from arm_accel.pipeline.inplace import rebuilt_name_candidate
 
     nodes = list(graph.nodes)
     for node in nodes:
         if node.op not in NAMED_OPS:
             raise VirtualRetraceUnsupported(f"re-traced name of a {node.op} node")
     create = fx_traceback.NodeSourceAction.CREATE
-    names = _Namespace()
-    candidates: dict[Any, str] = {}
+    candidates: list[str] = []
+    rebuilt: dict[Any, str] = {}
     for node in nodes:
         if node.op == "placeholder":
-            candidate = node.target
-        else:
-            if node.meta and "from_node" not in node.meta:
-                # A new dict: edits may have given several nodes one meta object.
-                source = fx_traceback.NodeSource(node, pass_name, create)
-                node.meta = {**node.meta, "from_node": [source]}
-            candidate = candidates.get(node.target)
-            if candidate is None:
-                raw = rebuilt_name_candidate(graph, node.target)
-                candidate = candidates[node.target] = _sanitized(raw)
-        name = names.create_name(candidate, None)
-        if node.name != name:
-            node.name = name
-    graph._graph_namespace = names
+            candidates.append(node.target)
+            continue
+        if node.meta and "from_node" not in node.meta:
+            # A new dict: edits may have given several nodes one meta object.
+            source = fx_traceback.NodeSource(node, pass_name, create)
+            node.meta = {**node.meta, "from_node": [source]}
+        candidate = rebuilt.get(node.target)
+        if candidate is None:
+            candidate = rebuilt[node.target] = names.rebuilt_name_candidate(graph, node.target)
+        candidates.append(candidate)
+    names.rename_fresh(graph, nodes, candidates)
     identity.renew(graph)  # the re-trace's new graph: later records name it
 
 
@@ -323,7 +305,7 @@ class VirtualRetracer:
         with self._faking():
             recomputed, dispatched = self._refresh_values(nodes, check)
         # What dispatch gives for these args: a later in-place re-trace may keep it.
-        inplace.note_dispatched(graph, dispatched)
+        freshness.note_dispatched(graph, dispatched)
         self._order_users(nodes, check)
         self.snapshot()
         return recomputed
@@ -385,7 +367,7 @@ class VirtualRetracer:
         """Every users dict in graph order, as the re-trace builds them (with ``check``, each
         one that was not counts as a mismatch)."""
         before_users = [list(node.users) for node in nodes] if check else []
-        inplace.order_users(nodes)
+        order.order_users(nodes)
         if check:
             self.mismatches += sum(
                 old != list(node.users) for old, node in zip(before_users, nodes, strict=True)

@@ -1,0 +1,66 @@
+"""What our last re-trace of a graph left: each node's target/args/kwargs/val objects, to know
+which values are still what dispatch gave (fx replaces the args containers on every edit and
+passes replace ``meta["val"]``, so identity says "untouched since")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx
+
+
+class Left:
+    """A node's target/args/kwargs/val objects when a re-trace left it (a slotted class: one
+    is made per node per re-trace)."""
+
+    __slots__ = ("target", "args", "kwargs", "val")
+
+    def __init__(self, target: Any, args: Any, kwargs: Any, val: Any) -> None:
+        self.target, self.args, self.kwargs, self.val = target, args, kwargs, val
+
+
+#: The attribute of an ``fx.Graph`` holding what our last re-trace of it left. On the graph
+#: itself, not in a weak-keyed table: the entries reference the nodes, which reference the
+#: graph, so a table would keep every graph alive. ``Graph.__deepcopy__`` does not copy it.
+_LEFT_ATTR = "_arm_accel_left"
+
+
+def record(graph: fx.Graph) -> None:
+    """Remember each node's objects as a re-trace of the graph just left them."""
+    setattr(graph, _LEFT_ATTR, {n: _left_now(n) for n in graph.nodes})
+
+
+def _left_now(node: fx.Node) -> Left:
+    return Left(node.target, node._args, node._kwargs, node.meta.get("val"))
+
+
+def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
+    """These nodes' values were just fake-dispatched from their inputs' current values (the
+    virtual re-trace): where a record of the graph exists, they count as left by a re-trace."""
+    left = getattr(graph, _LEFT_ATTR, None)
+    if left is None:
+        return
+    for n in nodes:
+        left[n] = _left_now(n)
+
+
+def left_by(graph: fx.Graph) -> dict[fx.Node, Left]:
+    """The graph's record (empty if no re-trace of ours left it)."""
+    return getattr(graph, _LEFT_ATTR, None) or {}
+
+
+def left_as_is(left: dict[fx.Node, Left], node: fx.Node) -> Left | None:
+    """The node's entry if the node is still as the re-trace left it, else None."""
+    entry = left.get(node)
+    if (
+        entry is not None
+        and entry.target is node.target
+        and entry.args is node.args
+        and entry.kwargs is node.kwargs
+        and entry.val is node.meta.get("val")
+    ):
+        return entry
+    return None
+
+
+__all__ = ["Left", "left_as_is", "left_by", "note_dispatched", "record"]
