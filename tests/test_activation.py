@@ -232,6 +232,15 @@ def clean_stats():
 
 
 def test_env_parsing() -> None:
+    """``ARM_ACCEL`` read by the switch; the ``.pth`` start-up line, which may import nothing,
+    holds its own copy of the off values: the same set."""
+    import ast
+    import pathlib
+    import re
+
+    pth = (pathlib.Path(__file__).parent.parent / "arm_accel_hook.pth").read_text()
+    copy = re.search(r"not in (\([^)]*\))", pth)
+    assert copy is not None and frozenset(ast.literal_eval(copy.group(1))) == switch._OFF_VALUES
     assert switch.env_enabled({}) is True
     assert switch.env_enabled({"ARM_ACCEL": "1"}) is True
     for off in ("0", "false", "OFF", "no "):

@@ -3,7 +3,7 @@
 ``arm_accel_hook.pth`` must cost nothing measurable at interpreter start-up, so it imports
 nothing: it puts a tiny inline bootstrap finder on ``sys.meta_path`` that only reacts to
 ``executorch.backends.arm._passes`` and then calls :func:`bootstrap` here, which swaps in
-:class:`ArmAccelFinder` (also used by ``arm_accel.enable()``; imports only ``sys``/``os``).
+:class:`ArmAccelFinder` (also used by ``arm_accel.enable()``; imports only ``sys``).
 
 That finder reacts to nothing but the import of ``executorch.backends.arm._passes`` (and, as a
 retry point, ``executorch.backends.arm._passes.arm_pass_manager``): it lets the normal finders
@@ -11,14 +11,12 @@ locate the module, wraps its loader so that our callback runs right after the mo
 executed, and hands the rest to :mod:`arm_accel.bootstrap.activation` (imported only at that point).
 """
 
-import os
 import sys
 
 WATCHED = (
     "executorch.backends.arm._passes",
     "executorch.backends.arm._passes.arm_pass_manager",
 )
-_OFF_VALUES = ("0", "false", "off", "no")
 
 
 def _on_loaded(name: str) -> None:
@@ -122,13 +120,3 @@ def bootstrap(fullname, path=None, target=None):
     uninstall()
     install()
     return installed().find_spec(fullname, path, target)
-
-
-def _pth() -> None:
-    """Entry point of ``arm_accel_hook.pth``: install the finder unless ``ARM_ACCEL`` is off."""
-    if os.environ.get("ARM_ACCEL", "1").strip().lower() in _OFF_VALUES:
-        return
-    if "executorch.backends.arm._passes" in sys.modules:  # pragma: no cover - not at start-up
-        _on_loaded("executorch.backends.arm._passes")
-        return
-    install()
