@@ -436,3 +436,30 @@ def test_bad_input_raises() -> None:
     for args, word in cases:
         with pytest.raises(ValueError, match=word):
             _native.histogram_search(*args)
+
+
+def test_state_reads_are_attribute_reads() -> None:
+    """The one-call search reads the observer's state as attribute reads give it: buffers
+    directly where ``Module.__getattr__`` would return them, the attributes otherwise (an
+    instance attribute shadowing a buffer, a subclass's own ``__getattr__``)."""
+
+    class Redirecting(HistogramObserver):
+        def __getattr__(self, name: str) -> Any:
+            if name == "min_val" and vars(self).get("redirect"):
+                return torch.tensor(-5.0)
+            return super().__getattr__(name)
+
+    plain = HistogramObserver()
+    shadowed = HistogramObserver()
+    vars(shadowed)["max_val"] = torch.tensor(9.0)
+    redirecting = Redirecting()
+    for obs in (plain, shadowed, redirecting):
+        obs(torch.randn(100))
+    vars(redirecting)["redirect"] = True
+    for obs in (plain, shadowed, redirecting):
+        got = qh._read_state(obs)
+        want = (obs.histogram, obs.min_val, obs.max_val, obs.bins, obs.dst_nbins)
+        for a, b in zip(got, want, strict=True):
+            assert a is b or (isinstance(a, torch.Tensor) and torch.equal(a, b)), (a, b)
+    assert qh._read_state(shadowed)[2] is vars(shadowed)["max_val"]
+    assert qh._read_state(redirecting)[1].item() == -5.0

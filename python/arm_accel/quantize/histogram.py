@@ -209,8 +209,7 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
     ``max_val.item()``, ``dst_nbins``), or why it does not model ``observer``: what
     :func:`decline_reason` and :func:`_native_errors` ask, and a 0-dim float32 CPU range
     without grad (the (min, max) it returns are such tensors), each attribute read once."""
-    hist, lo, hi = observer.histogram, observer.min_val, observer.max_val
-    bins, dst_nbins = observer.bins, observer.dst_nbins
+    hist, lo, hi, bins, dst_nbins = _read_state(observer)
     plain = torch.Tensor
     if type(hist) is not plain or type(lo) is not plain or type(hi) is not plain:
         return "histogram or range not plain tensors"
@@ -236,6 +235,48 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
     if sum_lanes() is None:
         return "torch.sum not modelled on this CPU"
     return hist.numpy(), lo.item(), hi.item(), dst_nbins
+
+
+#: Per observer class: whether its attributes resolve by ``nn.Module``'s own lookup (no class
+#: attribute named like the search's state, ``object.__getattribute__``,
+#: ``Module.__getattr__``), so that the state can be read from the instance's dicts directly.
+_module_lookup: dict[type, bool] = {}
+
+
+def _read_state(observer: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """``observer``'s histogram, min_val, max_val, bins and dst_nbins, as attribute reads give
+    them: from the instance's ``_buffers`` and ``__dict__`` where that is what
+    ``Module.__getattr__`` would return (the buffers not shadowed by an instance attribute or
+    a parameter), which costs a fraction of the five attribute reads."""
+    cls = type(observer)
+    plain = _module_lookup.get(cls)
+    if plain is None:
+        plain = _module_lookup[cls] = (
+            cls.__getattribute__ is object.__getattribute__
+            and getattr(cls, "__getattr__", None) is torch.nn.Module.__getattr__
+            and not any(
+                hasattr(cls, n) for n in ("histogram", "min_val", "max_val", "bins", "dst_nbins")
+            )
+        )
+    if plain:
+        own = vars(observer)
+        buffers, params = own.get("_buffers"), own.get("_parameters")
+        if (
+            buffers is not None
+            and params is not None
+            and "bins" in own
+            and "dst_nbins" in own
+            and "histogram" not in own
+            and "min_val" not in own
+            and "max_val" not in own
+            and "histogram" not in params
+            and "min_val" not in params
+            and "max_val" not in params
+        ):
+            hist, lo, hi = buffers.get("histogram"), buffers.get("min_val"), buffers.get("max_val")
+            if hist is not None and lo is not None and hi is not None:
+                return hist, lo, hi, own["bins"], own["dst_nbins"]
+    return observer.histogram, observer.min_val, observer.max_val, observer.bins, observer.dst_nbins
 
 
 def _error_model_holds() -> bool:
