@@ -286,30 +286,32 @@ def _error_model_holds() -> bool:
 
 
 def _search_whole(observer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The search in one native call (``rust/quantize/search.rs``): stock's (min, max), or
-    None where it is not modelled or the kernel failed (recorded; nothing changed)."""
+    """The search in one native call (``rust/quantize/search.rs``): stock's (min, max), its
+    call counted under ``STATS_NAME`` too, or None where it is not modelled or the kernel
+    failed (recorded; nothing changed)."""
+    t0 = time.perf_counter()
     inputs = _whole_inputs(observer)
     if type(inputs) is tuple:
-        t0 = time.perf_counter()
         try:
-            found = native(_native.histogram_search, *inputs, _sum_lanes)
-        except NativeFailed as exc:
+            found = _native.histogram_search(*inputs, _sum_lanes)
+        except Exception as exc:
             counters.record_calls(WHOLE_STATS_NAME, 1, 0, 0.0)
             if switch.strict():
                 counters.record_fallback(WHOLE_STATS_NAME, "strict: native kernel failed")
-                raise
-            counters.record_fallback(WHOLE_STATS_NAME, f"native kernel failed: {exc}")
+                raise NativeFailed(f"histogram_search: {exc!r}") from exc
+            counters.record_fallback(WHOLE_STATS_NAME, f"native kernel failed: {exc!r}")
             return None
         if type(found) is tuple:
-            candidates, new_min, new_max = found[2:]
+            # Stock's values are 0-dim float32 tensors: the float32 values, exactly.
+            result = (
+                torch.scalar_tensor(found[3], dtype=torch.float32),
+                torch.scalar_tensor(found[4], dtype=torch.float32),
+            )
             seconds = time.perf_counter() - t0
             counters.record_calls(WHOLE_STATS_NAME, 1, 1, seconds)
-            counters.record_calls(ERROR_STATS_NAME, candidates, candidates, seconds)
-            # Stock's values are 0-dim float32 tensors: the float32 values, exactly.
-            return (
-                torch.scalar_tensor(new_min, dtype=torch.float32),
-                torch.scalar_tensor(new_max, dtype=torch.float32),
-            )
+            counters.record_calls(ERROR_STATS_NAME, found[2], found[2], seconds)
+            counters.record_call(STATS_NAME, seconds, True)
+            return result
         inputs = found
     counters.record_calls(WHOLE_STATS_NAME, 1, 0, 0.0)
     counters.record_decline(WHOLE_STATS_NAME, str(inputs))
@@ -350,10 +352,8 @@ def dispatching(stock: Any) -> Any:
     @functools.wraps(stock)
     def _non_linear_param_search(self: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if switch.is_enabled():
-            t0 = time.perf_counter()
             whole = _search_whole(self)
             if whole is not None:
-                counters.record_call(STATS_NAME, time.perf_counter() - t0, True)
                 return whole
         return run_accelerated(  # type: ignore[no-any-return]
             STATS_NAME,
