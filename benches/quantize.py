@@ -208,6 +208,12 @@ def cmd_observers(args: argparse.Namespace) -> None:
     for group, ratios in by_group.items():
         print(f"  {group:<22} {len(ratios):4d}  {_summary(ratios)}")
     print(f"  {'all':<22} {len(rows):4d}  {_summary([r[0] for r in rows])}")
+    at_50 = sum(r[0] >= 50.0 for r in rows)
+    fastest_miss = max((r[2] for r in rows if r[0] < 50.0), default=0.0)
+    print(
+        f"at 50x or more: {at_50} of {len(rows)}; the longest stock search below 50x: "
+        f"{1e3 * fastest_miss:.3f} ms"
+    )
     print("slowest ratios (stock ms, ours us, candidates):")
     for ratio, label, st, ot, cands in sorted(rows)[:6]:
         print(f"  {ratio:7.1f}x  {label:<22} {1e3 * st:8.3f} ms  {1e6 * ot:8.1f} us  {cands}")
