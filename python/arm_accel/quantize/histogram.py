@@ -213,6 +213,9 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
     plain = torch.Tensor
     if type(hist) is not plain or type(lo) is not plain or type(hi) is not plain:
         return "histogram or range not plain tensors"
+    strided = torch.strided
+    if hist.layout is not strided or lo.layout is not strided or hi.layout is not strided:
+        return "histogram or range not strided tensors"
     if hist.dtype != torch.float32 or hist.dim() != 1 or not hist.is_cpu:
         return "histogram is not a 1-d float32 CPU tensor"
     if type(bins) is not int or not 1 <= bins < 2**24 or hist.size(0) != bins:
