@@ -5,6 +5,14 @@ calibration, ``convert_pt2e``, re-export), stock vs accelerated, side by side in
 (``_non_linear_param_search``) stock then accelerated, observer by observer; totals, the
 per-observer ratios (min / median / max), and whether every (min, max) is bit-identical.
 
+``observers``: the per-observer view of the same search on generated observers (normal,
+uniform, heavy-tailed, bimodal, half-normal, log-normal batches; 2048 and 256 bins; int8 and
+int16) and, with ``--load``, the observers ``search --save`` stored: each search timed stock
+then accelerated, alternating ``--repeats`` times (the fastest of each side), per group and
+overall ratio min / median / max, the slowest ratios with their times and candidates, and
+whether every (min, max) is bit-identical. ``--stepwise`` times the stepwise search (the
+one-call search's fallback) instead.
+
 ``calibrate``: one prepared model copied twice, each calibration batch fed to the stock copy
 then to the accelerated one; the calibration seconds, the seconds inside
 ``HistogramObserver.forward``, and whether every observer's state is bit-identical after.
@@ -14,6 +22,8 @@ ratios, and whether the converted modules' q/dq nodes and the re-exported progra
 
     python benches/quantize.py                       # phase, llama4, 1 calibration batch
     python benches/quantize.py search --batches 32
+    python benches/quantize.py search --save /tmp/llama4-observers.pt
+    python benches/quantize.py observers --load /tmp/llama4-observers.pt --repeats 7
     python benches/quantize.py calibrate --batches 1 32 128
     python benches/quantize.py phase --model dscnnkws --batches 8
 """
@@ -22,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -80,6 +91,8 @@ def cmd_search(args: argparse.Namespace) -> None:
     for batch in calibration_batches(args.model, inputs, args.batches):
         prepared(*batch)
     hists = [m for _, m in observers(prepared) if isinstance(m, HistogramObserver)]
+    if args.save:
+        torch.save(hists, args.save)
     stock_s, ours_s, ratios, same = 0.0, 0.0, [], True
     for obs in hists:
         (a, ta) = timed(obs._non_linear_param_search, accelerated=False)
@@ -97,6 +110,113 @@ def cmd_search(args: argparse.Namespace) -> None:
         f"max {max(ratios):.1f}x; stock mean {1e3 * stock_s / len(hists):.2f} ms; "
         f"(min, max) bit-identical: {same}"
     )
+
+
+# (label, dtype, quant_min, quant_max): the Arm configs' int8 and int16 activations.
+_OBSERVER_CONFIGS = (("int8", torch.int8, -128, 127), ("int16", torch.int16, -32767, 32767))
+
+
+def _generated_batch(kind: str, g: torch.Generator, n: int) -> torch.Tensor:
+    if kind == "normal":
+        return torch.randn(n, generator=g)
+    if kind == "uniform":
+        return torch.rand(n, generator=g) * 4.0 - 1.0
+    if kind == "heavy":  # Cauchy: far outliers, long searches
+        return torch.tan(torch.pi * (torch.rand(n, generator=g) - 0.5))
+    if kind == "bimodal":
+        return torch.randn(n, generator=g) * 0.3 + torch.randint(0, 2, (n,), generator=g) * 4.0
+    if kind == "halfnormal":  # after a ReLU
+        return torch.randn(n, generator=g).clamp(min=0.0)
+    return torch.exp(torch.randn(n, generator=g) * 1.5)  # lognormal
+
+
+def generated_observers() -> list[tuple[str, HistogramObserver]]:
+    """HistogramObservers fed seeded batches of each kind, for 2048 and 256 bins, int8 and
+    int16, 1 and 4 batches."""
+    found = []
+    for kind in ("normal", "uniform", "heavy", "bimodal", "halfnormal", "lognormal"):
+        for bins in (2048, 256):
+            for label, dtype, qmin, qmax in _OBSERVER_CONFIGS:
+                for batches in (1, 4):
+                    obs = HistogramObserver(
+                        bins=bins,
+                        dtype=dtype,
+                        qscheme=torch.per_tensor_symmetric,
+                        quant_min=qmin,
+                        quant_max=qmax,
+                    )
+                    g = torch.Generator().manual_seed(len(found))
+                    for _ in range(batches):
+                        obs(_generated_batch(kind, g, 4096))
+                    found.append((f"{kind}/{bins}/{label}", obs))
+    return found
+
+
+def _candidates(obs: HistogramObserver) -> int:
+    """How many candidates' errors stock's search computes on ``obs``."""
+    count = [0]
+    method = obs._compute_quantization_error
+
+    def counted(start: int, end: int) -> float:
+        count[0] += 1
+        return float(method(start, end))
+
+    obs._compute_quantization_error = counted  # type: ignore[method-assign]
+    try:
+        with arm_accel.disabled():
+            obs._non_linear_param_search()
+    finally:
+        del obs._compute_quantization_error
+    return count[0]
+
+
+def _summary(ratios: list[float]) -> str:
+    return (
+        f"min {min(ratios):7.1f}x  median {statistics.median(ratios):7.1f}x  "
+        f"max {max(ratios):8.1f}x"
+    )
+
+
+def cmd_observers(args: argparse.Namespace) -> None:
+    import executorch.backends.arm._passes  # noqa: F401 - activates arm-accel (the patches)
+    from arm_accel.quantize import histogram as qh
+
+    groups = generated_observers()
+    if args.load:
+        groups += [("loaded", o) for o in torch.load(args.load, weights_only=False)]
+    ours_fn: Callable[[HistogramObserver], Any] = (
+        qh._search_stepwise if args.stepwise else (lambda o: o._non_linear_param_search())
+    )
+    rows: list[tuple[float, str, float, float, int]] = []
+    same = True
+    for label, obs in groups:
+        stock_t, ours_t = math.inf, math.inf
+        for _ in range(args.repeats):
+            a, ta = timed(obs._non_linear_param_search, accelerated=False)
+            b, tb = timed(lambda obs=obs: ours_fn(obs), accelerated=True)
+            stock_t, ours_t = min(stock_t, ta), min(ours_t, tb)
+            same &= _bits(a[0]) == _bits(b[0]) and _bits(a[1]) == _bits(b[1])
+        rows.append((stock_t / ours_t, label, stock_t, ours_t, _candidates(obs)))
+    side = "stepwise search" if args.stepwise else "accelerated"
+    print(
+        f"{len(rows)} HistogramObservers, stock vs {side}, fastest of {args.repeats} "
+        f"alternating runs each; (min, max) bit-identical: {same}"
+    )
+    by_group: dict[str, list[float]] = {}
+    for ratio, label, *_ in rows:
+        by_group.setdefault(label.rsplit("/", 1)[0] if "/" in label else label, []).append(ratio)
+    for group, ratios in by_group.items():
+        print(f"  {group:<22} {len(ratios):4d}  {_summary(ratios)}")
+    print(f"  {'all':<22} {len(rows):4d}  {_summary([r[0] for r in rows])}")
+    at_50 = sum(r[0] >= 50.0 for r in rows)
+    fastest_miss = max((r[2] for r in rows if r[0] < 50.0), default=0.0)
+    print(
+        f"at 50x or more: {at_50} of {len(rows)}; the longest stock search below 50x: "
+        f"{1e3 * fastest_miss:.3f} ms"
+    )
+    print("slowest ratios (stock ms, ours us, candidates):")
+    for ratio, label, st, ot, cands in sorted(rows)[:6]:
+        print(f"  {ratio:7.1f}x  {label:<22} {1e3 * st:8.3f} ms  {1e6 * ot:8.1f} us  {cands}")
 
 
 def _forward_seconds() -> float:
@@ -191,17 +311,29 @@ def warm_up() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", default="phase", choices=["phase", "search", "calibrate"]
+        "what", nargs="?", default="phase", choices=["phase", "search", "observers", "calibrate"]
     )
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
+    parser.add_argument("--save", help="search: store the observers (torch.save) here")
+    parser.add_argument("--load", help="observers: also time the observers stored here")
+    parser.add_argument("--repeats", type=int, default=5, help="observers: runs per side")
+    parser.add_argument(
+        "--stepwise", action="store_true", help="observers: time the stepwise search"
+    )
     args = parser.parse_args()
     if not args.no_warmup:
         warm_up()
     args.batches_list = args.batches
     args.batches = args.batches[0]
-    {"phase": cmd_phase, "search": cmd_search, "calibrate": cmd_calibrate}[args.what](args)
+    commands = {
+        "phase": cmd_phase,
+        "search": cmd_search,
+        "observers": cmd_observers,
+        "calibrate": cmd_calibrate,
+    }
+    commands[args.what](args)
     print(
         "stats:",
         {

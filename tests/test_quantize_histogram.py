@@ -94,15 +94,30 @@ def _qparams_and_search(obs: HistogramObserver) -> tuple[tuple[str, Any], tuple[
 
 def _assert_search_identical(obs: HistogramObserver) -> None:
     """Stock's search (acceleration off) and ours give bit-identical (min, max) and
-    ``calculate_qparams()``, or raise the same; and ours ran accelerated."""
+    ``calculate_qparams()``, or raise the same; ours ran accelerated; and where the one-call
+    search served it, the stepwise search (the path it falls back to) gives the same too."""
     with arm_accel.disabled():
         stock_q, stock = _qparams_and_search(obs)
     before = counters.snapshot().get(qh.STATS_NAME)
+    whole_before = _whole_served()
     ours_q, ours = _qparams_and_search(obs)
     after = counters.snapshot()[qh.STATS_NAME]
     assert _same(stock, ours), (stock, ours)
     assert _same(stock_q, ours_q), (stock_q, ours_q)
     assert after.accelerated - (before.accelerated if before else 0) == 1
+    if _whole_served() > whole_before:
+        _whole_total.append(1)
+        stepwise = _outcome(lambda: qh._search_stepwise(obs))
+        assert _same(stock, stepwise), (stock, stepwise)
+
+
+def _whole_served() -> int:
+    s = counters.snapshot().get(qh.WHOLE_STATS_NAME)
+    return s.accelerated if s else 0
+
+
+# Searches the one-call path served in the fuzz tests (checked by a test below).
+_whole_total: list[int] = []
 
 
 def _samples(kind: str, scale: float, offset: float, n: int, seed: int) -> torch.Tensor:
@@ -338,19 +353,113 @@ def test_declines_run_stock() -> None:
     )
 
 
-def test_native_failure_falls_back(lenient: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A failing native walk (not strict) falls back to torchao's method, with stock's result."""
+@pytest.mark.parametrize(
+    "broken", [("histogram_search",), ("histogram_search", "histogram_next_candidate")]
+)
+def test_native_failure_falls_back(
+    lenient: None, monkeypatch: pytest.MonkeyPatch, broken: tuple[str, ...]
+) -> None:
+    """A failing one-call search (not strict) falls back to the stepwise search; with its
+    walk failing too, to torchao's method; stock's result either way, the failures counted."""
     from arm_accel import _native
 
-    def broken(*args: Any) -> None:
+    def fail(*args: Any) -> None:
         raise ValueError("injected")
 
     obs = HistogramObserver()
     obs(torch.randn(500))
     with arm_accel.disabled():
         stock = obs._non_linear_param_search()
-    monkeypatch.setattr(_native, "histogram_next_candidate", broken)
+    for name in broken:
+        monkeypatch.setattr(_native, name, fail)
     ours = obs._non_linear_param_search()
     assert [_bits(t) for t in ours] == [_bits(t) for t in stock]
-    reasons = counters.snapshot()[qh.STATS_NAME].fallbacks
-    assert any(r.startswith("native kernel failed") for r in reasons), reasons
+    whole = counters.snapshot()[qh.WHOLE_STATS_NAME].fallbacks
+    assert any(r.startswith("native kernel failed") for r in whole), whole
+    if len(broken) > 1:
+        reasons = counters.snapshot()[qh.STATS_NAME].fallbacks
+        assert any(r.startswith("native kernel failed") for r in reasons), reasons
+
+
+def test_fuzzed_searches_ran_in_one_call() -> None:
+    """The fuzz tests above compared searches the one-call path served (not only stepwise
+    ones)."""
+    if not _whole_total:
+        pytest.skip("run with the search fuzz tests")
+    assert sum(_whole_total) > 0
+
+
+@pytest.mark.parametrize("bins", [256, 2048])
+@pytest.mark.parametrize("kind", ["normal", "heavy", "uniform"])
+def test_one_call_search_serves_ordinary_observers(bins: int, kind: str) -> None:
+    """Observers fed ordinary batches (short searches: normal, uniform; long ones: heavy
+    tails): the one-call search serves them (counted) with stock's (min, max) and qparams."""
+    obs = _observer(CONFIGS[0], bins)
+    for seed in range(3):
+        obs(_samples(kind, 1.0, 0.0, 4000, seed))
+    before = _whole_served()
+    _assert_search_identical(obs)
+    assert _whole_served() == before + 1
+
+
+def test_sum_model_is_torchs() -> None:
+    """The native model of ``torch.sum`` / ``torch.cumsum`` with the probed vector width gives
+    torch's float32 results bit for bit on fresh vectors of many lengths and magnitudes
+    (cancelling signs, spikes, subnormals, infinities, NaN)."""
+    from arm_accel import _native
+
+    lanes = qh.sum_lanes()
+    assert lanes is not None
+    rng = np.random.default_rng(1)
+    for n in [*range(1, 200), 255, 256, 1000, 2047, 2048, 2049, 5000, 16385, 32767]:
+        x = rng.standard_normal(n) * 10.0 ** rng.integers(-40, 38, n)
+        x[rng.integers(0, n, 2)] = rng.choice([0.0, 1e-45, math.inf, -math.inf, math.nan], 2)
+        t = torch.from_numpy(x.astype(np.float32))
+        out = torch.empty_like(t)
+        total = _native.histogram_torch_sums(t.numpy(), lanes, out.numpy())
+        assert struct.pack("f", total) == t.sum().numpy().tobytes(), n
+        assert out.numpy().tobytes() == torch.cumsum(t, 0).numpy().tobytes(), n
+
+
+def test_bad_input_raises() -> None:
+    """Bad arguments to the one-call search raise ValueError naming the problem."""
+    from arm_accel import _native
+
+    hist = np.ones(8, dtype=np.float32)
+    cases = [
+        ((hist.astype(np.float64), 0.0, 1.0, 256, 8), "float32"),
+        ((np.ones(0, dtype=np.float32), 0.0, 1.0, 256, 8), "bins"),
+        ((hist, 0.0, 1.0, 0, 8), "dst_nbins"),
+        ((hist, 0.0, 1.0, 256, 3), "lanes"),
+        ((hist[::2], 0.0, 1.0, 256, 8), "contiguous"),
+    ]
+    for args, word in cases:
+        with pytest.raises(ValueError, match=word):
+            _native.histogram_search(*args)
+
+
+def test_state_reads_are_attribute_reads() -> None:
+    """The one-call search reads the observer's state as attribute reads give it: buffers
+    directly where ``Module.__getattr__`` would return them, the attributes otherwise (an
+    instance attribute shadowing a buffer, a subclass's own ``__getattr__``)."""
+
+    class Redirecting(HistogramObserver):
+        def __getattr__(self, name: str) -> Any:
+            if name == "min_val" and vars(self).get("redirect"):
+                return torch.tensor(-5.0)
+            return super().__getattr__(name)
+
+    plain = HistogramObserver()
+    shadowed = HistogramObserver()
+    vars(shadowed)["max_val"] = torch.tensor(9.0)
+    redirecting = Redirecting()
+    for obs in (plain, shadowed, redirecting):
+        obs(torch.randn(100))
+    vars(redirecting)["redirect"] = True
+    for obs in (plain, shadowed, redirecting):
+        got = qh._read_state(obs)
+        want = (obs.histogram, obs.min_val, obs.max_val, obs.bins, obs.dst_nbins)
+        for a, b in zip(got, want, strict=True):
+            assert a is b or (isinstance(a, torch.Tensor) and torch.equal(a, b)), (a, b)
+    assert qh._read_state(shadowed)[2] is vars(shadowed)["max_val"]
+    assert qh._read_state(redirecting)[1].item() == -5.0

@@ -270,6 +270,30 @@ def histogram_error_terms(
     ValueError on mismatched lengths or bins out of range.
     """
 
+def histogram_search(
+    hist: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    dst_nbins: int,
+    lanes: int,
+) -> tuple[int, int, int, float, float] | str:
+    """``HistogramObserver._non_linear_param_search`` whole: torch's ``sum``/``cumsum`` of the
+    histogram (``sum`` modelled with ``lanes``-lane vectors), the bound walk, every
+    candidate's error summed as torch's ``norm.sum()``, stock's stop, and the float32
+    ``(min, max)`` (``min_val``/``max_val``: 0-dim float32 tensors' ``.item()``s).
+
+    Returns ``(start_bin, end_bin, candidates, new_min, new_max)``, or ``"not modelled:
+    <why>"`` (nothing changed). Raises ValueError on an empty histogram, 2^24 bins or more,
+    ``dst_nbins`` 0 or lanes not modelled.
+    """
+
+def histogram_torch_sums(
+    x: npt.NDArray[np.float32], lanes: int, out: npt.NDArray[np.float32]
+) -> float | None:
+    """torch's ``x.sum()`` (``lanes``-lane vectors; None where not modelled: 32768 elements
+    or more) and ``torch.cumsum(x, 0)`` into ``out``, as the one-call search models them.
+    Raises ValueError on mismatched lengths or lanes not modelled."""
+
 def histogram_observe(
     x: npt.NDArray[np.float32],
     min_val: float,

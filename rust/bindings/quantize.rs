@@ -8,6 +8,8 @@ use super::{checked_array, guarded, slice};
 use crate::quantize::error::{error_terms, Terms};
 use crate::quantize::histogram::{next_candidate, Walk};
 use crate::quantize::observe::{observe_in_range, upscale, Observed};
+use crate::quantize::reduce::{torch_cumsum, torch_sum, LANES};
+use crate::quantize::search::{search, Searched};
 
 /// A writeable 1-d C-contiguous float32 array, or a ValueError naming `label`.
 fn writeable<'py>(value: &Bound<'py, PyAny>, label: &str) -> PyResult<PyReadwriteArray1<'py, f32>> {
@@ -103,6 +105,97 @@ fn histogram_error_terms(
     })
 }
 
+/// `HistogramObserver._non_linear_param_search` whole on a float32 histogram with 0-dim
+/// float32 `min_val`/`max_val`, torch's `sum` modelled with `lanes`-lane vectors.
+///
+/// Returns `(start_bin, end_bin, candidates, new_min, new_max)` (the bins the search ends
+/// on, how many candidates' errors it computed, stock's returned values), or
+/// `"not modelled: <why>"` (nothing changed: run the search another way).
+#[pyfunction]
+fn histogram_search(
+    py: Python<'_>,
+    hist: &Bound<'_, PyAny>,
+    min_val: f32,
+    max_val: f32,
+    dst_nbins: u32,
+    lanes: usize,
+) -> PyResult<Py<PyAny>> {
+    guarded("histogram_search", || {
+        let hist = checked_array::<f32>(hist, "hist", "float32")?;
+        let hist = slice(&hist);
+        if hist.is_empty() || hist.len() >= 1 << 24 {
+            return Err(PyValueError::new_err(format!(
+                "hist has {} bins (must be 1 to 2^24 - 1)",
+                hist.len()
+            )));
+        }
+        if dst_nbins == 0 {
+            return Err(PyValueError::new_err("dst_nbins must be positive"));
+        }
+        check_lanes(lanes)?;
+        let found = py.detach(|| search(hist, min_val, max_val, dst_nbins, lanes));
+        Ok(match found {
+            Searched::Found {
+                start_bin,
+                end_bin,
+                candidates,
+                new_min,
+                new_max,
+            } => (start_bin, end_bin, candidates, new_min, new_max)
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+            Searched::NotModelled(why) => format!("not modelled: {why}")
+                .into_pyobject(py)?
+                .into_any()
+                .unbind(),
+        })
+    })
+}
+
+/// A ValueError unless `lanes` is a modelled `Vectorized<float>` width.
+fn check_lanes(lanes: usize) -> PyResult<()> {
+    if LANES.contains(&lanes) {
+        Ok(())
+    } else {
+        Err(PyValueError::new_err(format!(
+            "lanes must be one of {LANES:?}, got {lanes}"
+        )))
+    }
+}
+
+/// torch's `x.sum()` and `torch.cumsum(x, 0)` of a contiguous float32 vector as the search
+/// models them (`lanes`-lane vectors), `cumsum` into `out`: the sum, or None where it is not
+/// modelled (too long for a serial reduction). Used to probe which width torch uses.
+#[pyfunction]
+fn histogram_torch_sums(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    lanes: usize,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<Option<f32>> {
+    guarded("histogram_torch_sums", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let x = slice(&x);
+        let mut out = writeable(out, "out")?;
+        let out = out
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if out.len() != x.len() {
+            return Err(PyValueError::new_err(format!(
+                "out has {} elements, x {}",
+                out.len(),
+                x.len()
+            )));
+        }
+        check_lanes(lanes)?;
+        Ok(py.detach(|| {
+            torch_cumsum(x, out);
+            torch_sum(x, lanes)
+        }))
+    })
+}
+
 /// `HistogramObserver.forward`'s same-range path: the batch `x` counted as `torch.histc` with
 /// the edges `left`/`right` (`torch.linspace(min_val, max_val, bins + 1)`'s first and last
 /// values) and added to `hist` into `out`. Returns `"added"`, or `"not modelled: <why>"` (a
@@ -186,6 +279,8 @@ fn histogram_upscale(
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(histogram_next_candidate, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_error_terms, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_search, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_torch_sums, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_observe, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_upscale, m)?)?;
     Ok(())

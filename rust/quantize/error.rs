@@ -81,8 +81,72 @@ fn cube_difference(begin: f32, end: f32) -> f32 {
     (end * end * end - begin * begin * begin) / 3.0
 }
 
+/// A candidate's scalars as stock computes them: the Python floats of
+/// `_compute_quantization_error`'s prologue and the float32 values they become where they meet
+/// the tensors.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scalars {
+    /// `bin_width` as float32.
+    pub w: f32,
+    /// `dst_bin_width` as float32.
+    pub dw: f32,
+    /// `dst_bin_width / 2` as float32.
+    pub half: f32,
+    /// `dst_nbins - 1` as float32 (the clamp's upper bound).
+    pub top: f32,
+    /// The middle term's factor: `_get_norm(tensor(-dw/2), tensor(dw/2), density)`'s scalar.
+    pub middle: f32,
+}
+
+/// What stock's prologue decides for a candidate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Setup {
+    /// `dst_bin_width == 0.0`: stock returns `0.0`.
+    Zero,
+    /// The terms follow from these scalars.
+    Ready(Scalars),
+    /// Outside the modelled domain (the reason).
+    NotModelled(&'static str),
+}
+
+/// Stock's prologue for the candidate `[start_bin, end_bin]` of a `bins`-bin histogram with
+/// `min_val.item()`, `max_val.item()` and `dst_nbins` (`start_bin <= end_bin`).
+pub fn setup(
+    bins: usize,
+    min_val: f64,
+    max_val: f64,
+    dst_nbins: u32,
+    start_bin: usize,
+    end_bin: usize,
+) -> Setup {
+    // Python floats, as stock computes them.
+    let bin_width = (max_val - min_val) / bins as f64;
+    let dst_bin_width = bin_width * (end_bin - start_bin + 1) as f64 / f64::from(dst_nbins);
+    if dst_bin_width == 0.0 {
+        return Setup::Zero;
+    }
+    // The float32 values those Python floats become in the tensor operations.
+    let w = bin_width as f32;
+    let dw = dst_bin_width as f32;
+    let half = (dst_bin_width / 2.0) as f32;
+    if !w.is_finite() {
+        return Setup::NotModelled("bin width not finite in float32");
+    }
+    if !(dw.is_finite() && dw > 0.0) {
+        return Setup::NotModelled("destination bin width not a positive float32");
+    }
+    Setup::Ready(Scalars {
+        w,
+        dw,
+        half,
+        top: (dst_nbins - 1) as f32,
+        middle: cube_difference(-half, half),
+    })
+}
+
 /// Stock's `norm` tensor for the candidate `[start_bin, end_bin]` into `out` (one term per
-/// bin), from the histogram, `min_val.item()`, `max_val.item()` and `dst_nbins`.
+/// bin), from the histogram, `min_val.item()`, `max_val.item()` and `dst_nbins`: the reference
+/// model, term by term in stock's order ([`fast_terms`] is its vectorised twin).
 ///
 /// `hist` and `out` have the same length (stock's `bins`), `start_bin <= end_bin < bins`,
 /// `bins < 2^24` (the caller checks).
@@ -95,27 +159,19 @@ pub fn error_terms(
     end_bin: usize,
     out: &mut [f32],
 ) -> Terms {
-    let bins = hist.len();
-    // Python floats, as stock computes them.
-    let bin_width = (max_val - min_val) / bins as f64;
-    let dst_bin_width = bin_width * (end_bin - start_bin + 1) as f64 / f64::from(dst_nbins);
-    if dst_bin_width == 0.0 {
-        return Terms::Zero;
-    }
-    // The float32 values those Python floats become in the tensor operations.
-    let w = bin_width as f32;
-    let dw = dst_bin_width as f32;
-    let half = (dst_bin_width / 2.0) as f32;
-    let top = (dst_nbins - 1) as f32;
-    if !w.is_finite() {
-        return Terms::NotModelled("bin width not finite in float32");
-    }
-    if !(dw.is_finite() && dw > 0.0) {
-        return Terms::NotModelled("destination bin width not a positive float32");
-    }
+    let c = match setup(hist.len(), min_val, max_val, dst_nbins, start_bin, end_bin) {
+        Setup::Zero => return Terms::Zero,
+        Setup::NotModelled(why) => return Terms::NotModelled(why),
+        Setup::Ready(c) => c,
+    };
+    let Scalars {
+        w,
+        dw,
+        half,
+        top,
+        middle,
+    } = c;
     let dw64 = f64::from(dw);
-    // The middle term's factor: `_get_norm(tensor(-dw/2), tensor(dw/2), density)`'s scalar.
-    let middle = cube_difference(-half, half);
     let mut nan = false;
     let mut modelled = true;
     for (i, (&h, o)) in hist.iter().zip(out.iter_mut()).enumerate() {
@@ -143,6 +199,168 @@ pub fn error_terms(
         return Terms::NotModelled("a term is NaN");
     }
     Terms::Filled
+}
+
+/// Stock's `density = histogram / bin_width` (float32, one division per bin): the same for
+/// every candidate of a search.
+pub fn densities(hist: &[f32], w: f32) -> Vec<f32> {
+    hist.iter().map(|&h| h / w).collect()
+}
+
+/// [`error_terms`]'s terms from the precomputed [`densities`] and the candidate's [`Scalars`],
+/// each term the same float32 (the same operations on the same values; what does not depend
+/// on the bin computed once, the floor quotients by a reciprocal product and an exact
+/// correction), vectorised. Returns whether every term is modelled and not NaN (else `out`
+/// is unspecified).
+pub fn fast_terms(density: &[f32], start_bin: usize, c: &Scalars, out: &mut [f32]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let fma = std::arch::is_x86_feature_detected!("fma");
+        let f32_floor = fma && float32_floor_holds(density.len(), c);
+        if std::arch::is_x86_feature_detected!("avx512f") && fma {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { fast_terms_avx512(density, start_bin, c, out, f32_floor) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") && fma {
+            // SAFETY: as above.
+            return unsafe { fast_terms_avx2(density, start_bin, c, out, f32_floor) };
+        }
+    }
+    terms_body::<false>(density, start_bin, c, out)
+}
+
+/// Whether the float32 floor ([`floor_div_fma`]) is exact for every bin edge of the
+/// candidate: bin and destination widths of at least 2^-100 (so an edge's distance to a
+/// multiple of the destination width, if not zero, is a normal float32 whatever the
+/// denormal modes), a destination width of at most 2^100 (its reciprocal is a normal
+/// float32) and fewer than 2^24 bins.
+pub fn float32_floor_holds(bins: usize, c: &Scalars) -> bool {
+    const SMALLEST: f32 = f32::from_bits((127 - 100) << 23); // 2^-100
+    const LARGEST: f32 = f32::from_bits((127 + 100) << 23); // 2^100
+    bins < 1 << 24 && c.w >= SMALLEST && c.dw >= SMALLEST && c.dw <= LARGEST
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+fn fast_terms_avx512(
+    density: &[f32],
+    start_bin: usize,
+    c: &Scalars,
+    out: &mut [f32],
+    f32_floor: bool,
+) -> bool {
+    if f32_floor {
+        terms_body::<true>(density, start_bin, c, out)
+    } else {
+        terms_body::<false>(density, start_bin, c, out)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fast_terms_avx2(
+    density: &[f32],
+    start_bin: usize,
+    c: &Scalars,
+    out: &mut [f32],
+    f32_floor: bool,
+) -> bool {
+    if f32_floor {
+        terms_body::<true>(density, start_bin, c, out)
+    } else {
+        terms_body::<false>(density, start_bin, c, out)
+    }
+}
+
+/// The loop of [`fast_terms`], compiled once per instruction set; `F32_FLOOR` takes the
+/// floor quotients with [`floor_div_fma`] (the caller checked [`float32_floor_holds`]), else
+/// with [`floor_div_reciprocal`]. Rust never contracts `a * b + c` into an fma, so every
+/// other operation rounds as its scalar twin in [`error_terms`].
+#[inline(always)]
+pub fn terms_body<const F32_FLOOR: bool>(
+    density: &[f32],
+    start_bin: usize,
+    c: &Scalars,
+    out: &mut [f32],
+) -> bool {
+    let Scalars {
+        w,
+        dw,
+        half,
+        top,
+        middle,
+    } = *c;
+    let dw64 = f64::from(dw);
+    let inv = 1.0 / dw64;
+    let inv32 = 1.0 / dw;
+    // Candidate-wide factors of the cube differences, in stock's operand order.
+    let half_cubed = half * half * half;
+    let neg_half_cubed = (-half) * (-half) * (-half);
+    // Offsets below 2^24 (the caller checks): exact as i32 and as float32.
+    let start = start_bin as i32;
+    let mut bad = 0u32;
+    let n = density.len().min(out.len());
+    for i in 0..n {
+        let d = density[i];
+        let begin = (i as i32 - start) as f32 * w;
+        let end = begin + w;
+        let ((q_begin, begin_ok), (q_end, end_ok)) = if F32_FLOOR {
+            (
+                floor_div_fma(begin, dw, inv32),
+                floor_div_fma(end, dw, inv32),
+            )
+        } else {
+            (
+                floor_div_reciprocal(begin, dw64, inv),
+                floor_div_reciprocal(end, dw64, inv),
+            )
+        };
+        let first = clamp(q_begin, 0.0, top);
+        let last = clamp(q_end, 0.0, top);
+        let first_center = (first + 0.5) * dw;
+        let b = begin - first_center;
+        let mut norm = 0.0f32 + d * ((half_cubed - b * b * b) / 3.0);
+        norm += (last - first - 1.0) * (d * middle);
+        let last_center = last * dw + half;
+        let e = end - last_center;
+        norm += d * ((e * e * e - neg_half_cubed) / 3.0);
+        bad |= u32::from(!(begin_ok & end_ok)) | u32::from(norm.is_nan());
+        out[i] = norm;
+    }
+    bad == 0
+}
+
+/// The exact `floor(a / b)` in float32 (`b >= 2^-100`, see [`float32_floor_holds`]): the
+/// floor of `a * (1 / b)` (within 1/8 of `a / b` for `|a / b| < 2^20`, so off by at most
+/// one), corrected by the signs of `f * b - a` and `(f + 1) * b - a`, each computed exactly
+/// and rounded once by an fma (rounding keeps a sign, and a nonzero difference here is at
+/// least a normal float32). Declines (flag false) where `|q| >= 2^20 - 2` or `a` is not
+/// finite, inside [`floor_div`]'s domain.
+#[inline(always)]
+fn floor_div_fma(a: f32, b: f32, inv: f32) -> (f32, bool) {
+    let q = a * inv;
+    let limit = QUOTIENT_LIMIT as f32;
+    let modelled = a.is_finite() & (q.abs() < limit - 2.0);
+    let f = q.clamp(-limit, limit).floor();
+    let over = f.mul_add(b, -a) > 0.0;
+    let under = (f + 1.0).mul_add(b, -a) <= 0.0;
+    let f = f - f32::from(u8::from(over)) + f32::from(u8::from(under));
+    (f, modelled)
+}
+
+/// [`floor_div_flagged`] with the quotient from a product by `inv = 1 / b` (within a few ulps
+/// of `a / b`, so its floor is off by at most one for `|q| < 2^20`), corrected by the same
+/// exact checks; declines a little earlier (`|q| < 2^20 - 2`) so the domain stays inside
+/// [`floor_div`]'s.
+#[inline(always)]
+fn floor_div_reciprocal(a: f32, b: f64, inv: f64) -> (f32, bool) {
+    let a = f64::from(a);
+    let q = a * inv;
+    let modelled = a.is_finite() & (q.abs() < QUOTIENT_LIMIT - 2.0);
+    // Bounded so the products below stay exact even where the flag declines.
+    let f = q.clamp(-QUOTIENT_LIMIT, QUOTIENT_LIMIT).floor();
+    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
+    (f as f32, modelled)
 }
 
 #[cfg(test)]
@@ -204,6 +422,27 @@ mod tests {
             let a = f32::from_bits((a.to_bits() as i32 + nudge) as u32);
             if let Some(f) = floor_div(a, b) {
                 prop_assert_eq!(f, c10_div_floor(a, b), "a={:e} b={:e}", a, b);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 20000, ..ProptestConfig::default() })]
+
+        /// The float32 fma floor equals the exact floor next to integer quotients and on bin
+        /// edges, wherever it does not decline, for divisors in its domain.
+        #[test]
+        fn fma_floor_is_the_exact_floor(n in -1_048_000i32..1_048_000, b in 7.9e-31f32..1.2e30,
+                                        nudge in -3i32..=3, offset in -2048i32..2048,
+                                        w in 7.9e-31f32..1e30) {
+            let a = (f64::from(n) * f64::from(b)) as f32;
+            let a = f32::from_bits((a.to_bits() as i32 + nudge) as u32);
+            let edge = offset as f32 * w;
+            for (a, b) in [(a, b), (edge, b), (edge + w, b)] {
+                let (f, ok) = floor_div_fma(a, b, 1.0 / b);
+                if ok {
+                    prop_assert_eq!(Some(f), floor_div(a, b), "a={:e} b={:e}", a, b);
+                }
             }
         }
     }

@@ -4,3 +4,5 @@
 pub mod error;
 pub mod histogram;
 pub mod observe;
+pub mod reduce;
+pub mod search;

@@ -159,6 +159,11 @@ ELEMENTWISE_KERNELS = Pin(
     "aten float32 add/sub/mul/div, div(rounding_mode='floor'), clamp (C++ BinaryOpsKernel)",
     torch=TORCH_VERSIONS,
 )
+SUM_CUMSUM_KERNELS = Pin(
+    "aten::sum (C++ cascade_sum, float32 accumulators; width probed at run time), "
+    "aten::cumsum (C++ cumsum_cpu_kernel, double accumulator)",
+    torch=TORCH_VERSIONS,
+)
 BUCKETIZE_BINCOUNT = Pin(
     "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
     torch=TORCH_VERSIONS,
@@ -538,9 +543,10 @@ GROUPS: tuple[Group, ...] = (
                 _OBSERVER,
                 "_non_linear_param_search",
                 f"{_PKG}.quantize.histogram:dispatching",
-                "the walk between candidates native; each candidate's error and the stop stock's",
+                "the whole search in one native call where modelled; else the walk between "
+                "candidates native, each candidate's error and the stop stock's",
                 wraps=True,
-                models=(PARAM_SEARCH, FLOAT32_COMPARE),
+                models=(PARAM_SEARCH, FLOAT32_COMPARE, SUM_CUMSUM_KERNELS),
             ),
         ),
     ),

@@ -4,8 +4,11 @@ methods are replaced by the patch table's ``quantize.*`` rows (``arm_accel.patch
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
+
+from arm_accel.control import counters, switch
 
 
 class NativeFailed(Exception):
@@ -32,10 +35,6 @@ def run_accelerated(
     it left unchanged: nothing); a :class:`NativeFailed` falls back to ``stock()`` (raises
     under ``ARM_ACCEL_STRICT``). Counted in ``arm_accel.stats()`` under ``stats_name``;
     exceptions of stock's own code inside the accelerated path propagate as stock's."""
-    import time
-
-    from arm_accel.control import counters, switch
-
     t0 = time.perf_counter()
     if switch.is_enabled():
         reason = decline()
