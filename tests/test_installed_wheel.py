@@ -2,8 +2,10 @@
 unmodified lowering script, and check that our passes ran and the TOSA bytes equal stock's; and
 that the wheel ships its types (``py.typed``: ``mypy --strict`` reads them from the wheel).
 
-The venv is created from the BASE interpreter (``sys.base_prefix``) with
-``--system-site-packages``: torch/executorch are visible, our editable install is not. Takes about
+The venv is created from the BASE interpreter (``sys.base_prefix``), and a ``.pth`` file puts this
+run's own site-packages on its path: torch/executorch are visible (they need not be installed in
+the base interpreter), our editable install is not (a path line does not run the ``.pth`` files
+of the directory it adds, and the editable install is one). Takes about
 a minute or two (wheel build, venv, two lowerings), so it is marked ``slow`` but stays in the
 default run; deselect with ``-m "not slow"``.
 """
@@ -15,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -75,6 +78,13 @@ def _base_python() -> str:
     pytest.skip("base interpreter not found")
 
 
+def _stack_paths() -> list[str]:
+    """The site-packages directories of the interpreter running the tests (the stack: torch,
+    executorch, tosa-tools, mypy)."""
+    paths = sysconfig.get_paths()
+    return sorted({paths["purelib"], paths["platlib"]})
+
+
 def _maturin() -> list[str]:
     exe = shutil.which("maturin")
     if exe:
@@ -95,11 +105,9 @@ def wheel_venv(tmp_path_factory) -> Path:
     )
     (wheel,) = dist.glob("arm_accel-*.whl")
     venv = tmp / "venv"
-    subprocess.run(
-        [_base_python(), "-m", "venv", "--system-site-packages", str(venv)],
-        check=True,
-        timeout=300,
-    )
+    subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "_test_stack.pth").write_text("\n".join(_stack_paths()) + "\n")
     py = venv / "bin" / "python"
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
