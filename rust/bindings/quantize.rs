@@ -26,6 +26,26 @@ fn writeable<'py>(value: &Bound<'py, PyAny>, label: &str) -> PyResult<PyReadwrit
     Ok(arr)
 }
 
+/// [`writeable`], of the same length as the input named `input` (`len` elements).
+fn writeable_like<'py>(
+    value: &Bound<'py, PyAny>,
+    label: &str,
+    len: usize,
+    input: &str,
+) -> PyResult<PyReadwriteArray1<'py, f32>> {
+    let arr = writeable(value, label)?;
+    let have = arr
+        .as_slice()
+        .expect("checked C-contiguous in writeable()")
+        .len();
+    if have != len {
+        return Err(PyValueError::new_err(format!(
+            "{label} has {have} elements, {input} {len}"
+        )));
+    }
+    Ok(arr)
+}
+
 /// The next candidate of `HistogramObserver._non_linear_param_search`'s walk.
 ///
 /// `csum` is the float32 cumulative histogram, `total` the histogram's sum as a Python float,
@@ -75,17 +95,10 @@ fn histogram_error_terms(
     guarded("histogram_error_terms", || {
         let hist = checked_array::<f32>(hist, "hist", "float32")?;
         let hist = slice(&hist);
-        let mut out = writeable(out, "out")?;
+        let mut out = writeable_like(out, "out", hist.len(), "hist")?;
         let out = out
             .as_slice_mut()
             .expect("checked C-contiguous in writeable()");
-        if out.len() != hist.len() {
-            return Err(PyValueError::new_err(format!(
-                "out has {} elements, hist {}",
-                out.len(),
-                hist.len()
-            )));
-        }
         if start_bin > end_bin || end_bin >= hist.len() || hist.len() >= 1 << 24 {
             return Err(PyValueError::new_err(format!(
                 "bins out of range: start_bin {start_bin}, end_bin {end_bin}, {} bins",
@@ -177,17 +190,10 @@ fn histogram_torch_sums(
     guarded("histogram_torch_sums", || {
         let x = checked_array::<f32>(x, "x", "float32")?;
         let x = slice(&x);
-        let mut out = writeable(out, "out")?;
+        let mut out = writeable_like(out, "out", x.len(), "x")?;
         let out = out
             .as_slice_mut()
             .expect("checked C-contiguous in writeable()");
-        if out.len() != x.len() {
-            return Err(PyValueError::new_err(format!(
-                "out has {} elements, x {}",
-                out.len(),
-                x.len()
-            )));
-        }
         check_lanes(lanes)?;
         Ok(py.detach(|| {
             torch_cumsum(x, out);
