@@ -109,6 +109,30 @@ def test_scalar_to_tensor_in_place(edge_graph: fx.GraphModule) -> None:
     compare(Identity, expected)
 
 
+def test_exact_strides_operator_records_input_values() -> None:
+    """A node of an operator tagged ``needs_exact_strides`` (``_to_dim_order_copy``), inserted
+    without ``eager_input_vals`` as Arm passes insert casts: the in-place re-trace records its
+    inputs' values where ``PythonKeyTracer.create_node`` does (key order and values), identical
+    to stock's re-trace."""
+    import executorch.exir.passes.dim_order_ops_registry  # noqa: F401 - registers the op
+
+    torch.manual_seed(0)
+    aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    graph_module = aten.graph_module
+    graph = graph_module.graph
+    x = next(n for n in graph.nodes if n.name == "x")
+    op = torch.ops.dim_order_ops._to_dim_order_copy.default
+    with graph.inserting_after(x):
+        cast = graph.create_node("call_function", op, (x,), {"dtype": torch.float32})
+    x.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
+    with x.meta["val"].fake_mode:
+        cast.meta["val"] = op(x.meta["val"], dtype=torch.float32)
+    graph_module.recompile()
+    _, actual = compare(Identity, graph_module)
+    rebuilt = next(n for n in actual.graph.nodes if n.target is op)
+    assert "eager_input_vals" in rebuilt.meta
+
+
 class Identity(ExportPass):
     pass
 

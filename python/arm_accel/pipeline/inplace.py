@@ -14,6 +14,7 @@ engine".
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -212,6 +213,8 @@ def check_graph(graph_module: fx.GraphModule) -> None:
 
 def _check_node(node: fx.Node, val: Any) -> None:
     op = node.op
+    if _names_own_graph(node):
+        raise Unsupported("source_fn_stack names a node of the graph")
     if op == "get_attr":
         _check_tensor_constant(node, val)
         return
@@ -226,6 +229,21 @@ def _check_node(node: fx.Node, val: Any) -> None:
             raise Unsupported("symbolic shape")
     if _has_tensor_or_symbol(node.args) or _has_tensor_or_symbol(node.kwargs):
         raise Unsupported("tensor or symbolic argument")
+
+
+def _names_own_graph(node: fx.Node) -> bool:
+    """A ``source_fn_stack`` entry of the node holds a node of its graph (executorch's
+    decompositions record the node itself). Stock's re-trace leaves that node behind with its
+    name; in place it would be renamed, and the record would read another name."""
+    stack = node.meta.get("source_fn_stack")
+    if not stack:
+        return False
+    graph = node.graph
+    return any(
+        isinstance(entry, tuple) and entry and isinstance(entry[0], fx.Node)
+        and entry[0].graph is graph
+        for entry in stack
+    )  # fmt: skip
 
 
 #: What a ``get_attr`` may fetch: ``create_arg`` stows a tensor as ``_tensor_constantN`` and a
@@ -263,6 +281,21 @@ def _has_constant(value: Any) -> bool:
     """Some fake tensor in the value carries a constant (fake dispatch propagates constants:
     a value computed from one is dispatched again, never kept)."""
     return any(getattr(leaf, "constant", None) is not None for leaf in _tensors_and_symbols(value))
+
+
+def _keepable(value: Any) -> bool:
+    """A value (a node's, or an input's) whose node may keep its old value instead of being
+    dispatched: no fake constant in it, and, with grad mode on, no tensor requiring grad (its
+    dispatch creates an autograd node, which moves the counter later ``seq_nr`` s read)."""
+    if type(value) is FakeTensor:  # the common case, without building a list
+        return value.constant is None and not (value.requires_grad and torch.is_grad_enabled())
+    leaves = _tensors_and_symbols(value)
+    if any(getattr(leaf, "constant", None) is not None for leaf in leaves):
+        return False
+    return not (
+        torch.is_grad_enabled()
+        and any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
+    )
 
 
 def _tensors_and_symbols(value: Any) -> list[Any]:
@@ -595,16 +628,16 @@ class InplaceRetrace:
         ``fxstock.meta.retraced_key_order`` models: what :meth:`_claim` gives, without building
         the pass's current meta or fetching the arguments. None when the node needs
         :meth:`_claim`."""
-        if not self.fast_meta or node not in self.as_is:
+        if not self.fast_meta or node not in self.as_is or _saves_eager_input_vals(node.target):
             return None
         val = self.old_val[node]
-        if type(val) is not FakeTensor or val.constant is not None:
+        if type(val) is not FakeTensor or not _keepable(val):
             return None
         env, left = self.env, self.left
         for inp in node._input_nodes:
             proxy = env.get(inp)
             entry = left.get(inp)
-            if entry is None or not isinstance(proxy, ProxyValue) or _has_constant(proxy.data):
+            if entry is None or not isinstance(proxy, ProxyValue) or not _keepable(proxy.data):
                 return None
             if proxy.node is not inp or not same_value(proxy.data, entry.val):
                 return None
@@ -661,14 +694,14 @@ class InplaceRetrace:
     def _value_still_holds(self, node: fx.Node) -> bool:
         """The node's value is the one our last re-trace computed, from inputs whose values
         are equal to those it was computed from."""
-        if node not in self.as_is or _has_constant(self.old_val[node]):
+        if node not in self.as_is or not _keepable(self.old_val[node]):
             return False
         for inp in node.all_input_nodes:
             entry = self.left.get(inp)
             proxy = self.env.get(inp)
             if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
                 return False
-            if _has_constant(proxy.data):
+            if not _keepable(proxy.data):
                 return False
             if not same_value(proxy.data, entry.val):
                 return False
@@ -807,8 +840,35 @@ def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[st
         meta = {}
     if tracer.record_stack_traces:
         raise Unsupported("tracer records stack traces")
+    if _saves_eager_input_vals(node.target):
+        meta["eager_input_vals"] = _eager_input_vals(node.args, node.kwargs)
     meta.update(old)
     return meta
+
+
+@functools.cache
+def _saves_eager_input_vals(target: Any) -> bool:
+    """``PythonKeyTracer.create_node`` records the inputs' values of this operator (one with
+    the ``needs_exact_strides`` tag; the higher-order ops it also names are declined)."""
+    from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals
+
+    return isinstance(target, torch._ops.OpOverload) and _should_save_eager_input_vals(target)
+
+
+def _eager_input_vals(args: Any, kwargs: Any) -> Any:
+    """``PythonKeyTracer.create_node``'s ``eager_input_vals``: each input node's fake value
+    (``extract_val``), None for anything else."""
+    from torch.fx.experimental.proxy_tensor import extract_val, is_fake_tensor
+
+    def value(v: Any) -> Any:
+        if not isinstance(v, fx.Node) or "val" not in v.meta:
+            return None
+        val = v.meta["val"]
+        if isinstance(val, torch.Tensor) and not is_fake_tensor(val):
+            return None
+        return extract_val(val)
+
+    return fx.node.map_aggregate((args, kwargs), value)
 
 
 def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:
