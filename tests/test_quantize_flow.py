@@ -72,7 +72,10 @@ def _quantize(
 
 def _calibration(inputs: tuple[torch.Tensor, ...], n: int) -> list[tuple[torch.Tensor, ...]]:
     """``n`` calibration batches: the example inputs, then seeded random ones like them
-    (scaled differently, so that observed ranges grow and stay)."""
+    (scaled differently, so that observed ranges grow and stay; token ids as the zoo makes
+    them)."""
+    if any(not t.is_floating_point() for t in inputs):
+        return models.calibration_batches(inputs, n)
     g = torch.Generator().manual_seed(1)
     out = [inputs]
     for i in range(1, n):
@@ -122,27 +125,36 @@ def _state(gm: fx.GraphModule) -> list[Any]:
     return [(k, _bits(v)) for k, v in gm.state_dict().items()]
 
 
-def test_quantized_program_identical() -> None:
-    """DS-CNN quantized with ``TOSAQuantizer`` stock (acceleration off) and accelerated, four
-    calibration batches: the prepared module (graph, names, meta, code), every observer's
-    qparams after calibration, the converted module
-    (graph, names, meta, q/dq nodes' scales and zero points bit for bit, folded constants) and
-    the re-exported program are identical, and the annotation pipeline, the parameter search,
-    the observers' forward and the histogram upscale ran accelerated."""
-    model, inputs, mode = models.build("dscnnkws")  # one model: its modules' ids are in meta
+@pytest.mark.parametrize("name", ["dscnnkws", "llama1"])
+def test_quantized_program_identical(name: str) -> None:
+    """A zoo model (DS-CNN; a llama block, whose annotation pipeline decomposes SDPA into
+    nodes whose ``source_fn_stack`` names themselves and re-traces graphs holding parameters
+    as ``get_attr``) quantized with ``TOSAQuantizer`` stock (acceleration off) and
+    accelerated, four calibration batches: the prepared module (graph, names, meta, code),
+    every observer's qparams after calibration, the converted module (graph, names, meta, q/dq
+    nodes' scales and zero points bit for bit, folded constants) and the re-exported program
+    are identical, and the annotation pipeline (some of its re-traces in place), the parameter
+    search, the observers' forward and the histogram upscale ran accelerated."""
+    model, inputs, mode = models.build(name)  # one model: its modules' ids are in meta
     with arm_accel.disabled():
         stock_p, stock_q, stock, stock_ep = _quantize(model, inputs, mode)
     snapshot = counters.snapshot()
     before = snapshot.get(qh.STATS_NAME)
     ours_p, ours_q, ours, ours_ep = _quantize(model, inputs, mode)
     after = counters.snapshot()[qh.STATS_NAME]
-    for name in (
+    for stat in (
         observe.FORWARD_STATS_NAME,
         observe.UPSCALE_STATS_NAME,
         annotation.STATS_NAME,
     ):
-        ran = counters.snapshot()[name].accelerated
-        assert ran > (snapshot[name].accelerated if name in snapshot else 0), name
+        ran = counters.snapshot()[stat].accelerated
+        assert ran > (snapshot[stat].accelerated if stat in snapshot else 0), stat
+    in_place = {
+        k: v.accelerated - (snapshot[k].accelerated if k in snapshot else 0)
+        for k, v in counters.snapshot().items()
+        if k.endswith(".retrace")
+    }
+    assert sum(in_place.values()) > 0, in_place
 
     assert _graph_differences(stock_p, ours_p) == []
     assert stock_p.code == ours_p.code

@@ -90,25 +90,47 @@ def compare(
     return expected, actual
 
 
-def test_scalar_to_tensor_in_place_only_without_a_scalar_to_coerce(
-    edge_graph: fx.GraphModule,
-) -> None:
-    """exir's ``ScalarToTensorPass`` (a ``call`` override, CONDITIONAL_CALLERS): on the edge graph
-    (no scalar left for a Tensor argument) it re-traces in place, identical to stock; on the
-    aten graph, where ``x + 1.0`` passes a scalar for a Tensor, the engine declines with the
-    reason and stock's result comes back."""
+def test_scalar_to_tensor_in_place(edge_graph: fx.GraphModule) -> None:
+    """exir's ``ScalarToTensorPass`` (a ``call`` override, CONDITIONAL_CALLERS) re-traces in
+    place, identical to stock: on the edge graph (no scalar left for a Tensor argument), and on
+    the aten graph, where ``x + 1.0`` passes a scalar for a Tensor and stock's re-trace stows
+    ``tensor(1.)`` as a ``_tensor_constant0`` get_attr; then a second pass re-traces that graph
+    (a get_attr input, made again at its use) in place, identical to stock."""
     from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
 
     compare(ScalarToTensorPass, edge_graph)
     torch.manual_seed(0)
     aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
-    counters.reset()
-    expected = stock_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
-    actual = engine_retrace(ScalarToTensorPass(), copy.deepcopy(aten.graph_module))
-    assert expected.modified and actual.modified
-    assert_graphs_identical(expected.graph_module, actual.graph_module)
-    done, fallbacks = in_place_runs(ScalarToTensorPass)
-    assert done == 0 and fallbacks == {"a scalar becomes a tensor constant": 1}, fallbacks
+    expected, actual = compare(ScalarToTensorPass, aten.graph_module)
+    constants = [n.target for n in actual.graph.nodes if n.op == "get_attr"]
+    assert constants == ["_tensor_constant0"], constants
+    assert torch.equal(actual._tensor_constant0, expected._tensor_constant0)
+    compare(GuardedAddToSub, expected)
+    compare(Identity, expected)
+
+
+def test_exact_strides_operator_records_input_values() -> None:
+    """A node of an operator tagged ``needs_exact_strides`` (``_to_dim_order_copy``), inserted
+    without ``eager_input_vals`` as Arm passes insert casts: the in-place re-trace records its
+    inputs' values where ``PythonKeyTracer.create_node`` does (key order and values), identical
+    to stock's re-trace."""
+    import executorch.exir.passes.dim_order_ops_registry  # noqa: F401 - registers the op
+
+    torch.manual_seed(0)
+    aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    graph_module = aten.graph_module
+    graph = graph_module.graph
+    x = next(n for n in graph.nodes if n.name == "x")
+    op = torch.ops.dim_order_ops._to_dim_order_copy.default
+    with graph.inserting_after(x):
+        cast = graph.create_node("call_function", op, (x,), {"dtype": torch.float32})
+    x.replace_all_uses_with(cast, delete_user_cb=lambda user: user is not cast)
+    with x.meta["val"].fake_mode:
+        cast.meta["val"] = op(x.meta["val"], dtype=torch.float32)
+    graph_module.recompile()
+    _, actual = compare(Identity, graph_module)
+    rebuilt = next(n for n in actual.graph.nodes if n.target is op)
+    assert "eager_input_vals" in rebuilt.meta
 
 
 class Identity(ExportPass):
@@ -191,12 +213,15 @@ def test_passthrough_reads_the_guard() -> None:
     assert passthrough(BlockFallsThrough()) is None
 
 
-def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passthrough_reads_the_edge_stage_passes(
+    monkeypatch: pytest.MonkeyPatch, edge_graph: fx.GraphModule
+) -> None:
     """exir's own passes, as their ``call_operator`` s read: ``NormalizeTransposePass`` rewrites
     only ``t``, ``ReplaceBrokenOpsWithFunctionalOpsPass`` only view operators,
     ``MemoryFormatOpsPass`` only the edge memory-format operators; ``ScalarToTensorPass`` and
     ``SymToTensorPass`` rebuild every call unchanged (where they run in place), but only while
-    their source is the one read."""
+    their source is the one read, and ``ScalarToTensorPass`` only on a graph with no scalar
+    passed for a Tensor (here the aten graph of ``x + 1.0``)."""
     from arm_accel.pipeline import passthrough as pt
     from executorch.exir.passes import (
         MemoryFormatOpsPass,
@@ -216,14 +241,18 @@ def test_passthrough_reads_the_edge_stage_passes(monkeypatch: pytest.MonkeyPatch
     assert formats is not None and not formats(clone) and not formats(to_copy)
     assert formats(ADD) and formats(aten.clone.default)
     for cls in (ScalarToTensorPass, SymToTensorPass):
-        every = pt.passthrough(cls())
+        every = pt.passthrough(cls(), edge_graph)
         assert every is not None and every(ADD) and every(aten.t.default)
+    torch.manual_seed(0)
+    aten_graph = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    assert pt.passthrough(ScalarToTensorPass(), aten_graph.graph_module) is None
+    assert pt.passthrough(ScalarToTensorPass()) is None
     read = table.model("exir.scalar_to_tensor")
     changed = dataclasses.replace(read, pins=(Pin(read.pins[0].ref, {"0.0.0": "0" * 16}),))
     monkeypatch.setattr(
         table, "MODELS", tuple(changed if m.name == changed.name else m for m in table.MODELS)
     )
-    assert pt.passthrough(ScalarToTensorPass()) is None
+    assert pt.passthrough(ScalarToTensorPass(), edge_graph) is None
 
 
 def test_guarded_pass_passes_through_and_equals_stock(edge_graph: fx.GraphModule) -> None:
@@ -487,16 +516,19 @@ def test_rollback_restores_users_and_index_order(edge_graph: fx.GraphModule) -> 
 
 
 def test_unsupported_graph_declines_before_any_change(edge_graph: fx.GraphModule) -> None:
-    """A graph with a ``get_attr`` node (not modelled): stock runs, the decline is counted."""
+    """A graph with a ``get_attr`` of a submodule (not modelled: only tensors and parameters
+    are): stock runs, the decline is counted, and the graph equals stock's."""
     graph_module = copy.deepcopy(edge_graph)
     graph = graph_module.graph
-    graph_module.register_buffer("extra", torch.zeros(1))
+    graph_module.extra = torch.nn.ReLU()
     with graph.inserting_before(next(iter(graph.nodes))):
         graph.get_attr("extra")
     counters.reset()
-    engine_retrace(Identity(), graph_module)
+    expected = stock_retrace(Identity(), copy.deepcopy(graph_module)).graph_module
+    actual = engine_retrace(Identity(), graph_module).graph_module
+    assert_graphs_identical(expected, actual)
     done, fallbacks = in_place_runs(Identity)
-    assert done == 0 and fallbacks == {"get_attr": 1}
+    assert done == 0 and fallbacks == {"get_attr of a non-tensor": 1}
 
 
 def test_outside_the_arm_pipeline_stock_runs(edge_graph: fx.GraphModule) -> None:

@@ -107,39 +107,20 @@ IN_PLACE_CALLERS: frozenset[str] = frozenset(
 )
 
 
-def _no_scalar_to_coerce(graph_module: fx.GraphModule) -> str | None:
-    """``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor`` argument of an
-    operator into a tensor constant, which the re-trace adds as a ``get_attr`` (not modelled in
-    place): None when no node has one, read with the pass's own ``map_args`` and its test."""
-    import operator
-
-    from executorch.exir.dialects.edge._ops import EdgeOpOverload
-    from executorch.exir.pass_base import map_args
-
-    found: list[bool] = []
-
-    def probe(value: Any, arg: Any) -> Any:
-        if isinstance(value, (float, int, bool)) and isinstance(arg.type, torch.TensorType):
-            found.append(True)
-        return value
-
+def _no_overload_packet(graph_module: fx.GraphModule) -> str | None:
+    """``ScalarToTensorPass`` reads each operator's schema (``map_args``), which an overload
+    packet does not have: None when no node calls one. The tensor constants it makes of
+    scalars are ``get_attr`` nodes, which the in-place re-trace makes as stock does."""
     for node in graph_module.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or target is operator.getitem:
-            continue
-        if isinstance(target, torch._ops.OpOverloadPacket):
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverloadPacket):
             return "operator overload packet"
-        if isinstance(target, (torch._ops.OpOverload, EdgeOpOverload)):
-            map_args(target, probe, node.args, node.kwargs)
-            if found:
-                return "a scalar becomes a tensor constant"
     return None
 
 
 #: executorch passes with a ``call`` override that uses only the re-trace's result, whose
 #: re-trace runs in place when a check of the graph finds nothing it does not model (None).
 CONDITIONAL_CALLERS: dict[str, Callable[[fx.GraphModule], str | None]] = {
-    "ScalarToTensorPass": _no_scalar_to_coerce,
+    "ScalarToTensorPass": _no_overload_packet,
 }
 
 #: Set (True) on an arm-accel class whose ``call`` re-traces only as its last edit of the graph,

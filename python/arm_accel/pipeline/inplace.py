@@ -14,6 +14,7 @@ engine".
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -212,26 +213,89 @@ def check_graph(graph_module: fx.GraphModule) -> None:
 
 def _check_node(node: fx.Node, val: Any) -> None:
     op = node.op
-    if op in ("get_attr", "call_module", "call_method"):
+    if _names_own_graph(node):
+        raise Unsupported("source_fn_stack names a node of the graph")
+    if op == "get_attr":
+        _check_tensor_constant(node, val)
+        return
+    if op in ("call_module", "call_method"):
         raise Unsupported(op)
     if op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator):
         raise Unsupported("higher-order op")
     for leaf in (val,) if type(val) is FakeTensor else _tensors_and_symbols(val):
         if not isinstance(leaf, torch.Tensor):
             raise Unsupported("symbolic value")
-        # A lifted constant's placeholder feeds its real tensor in (``inputs``, as stock);
-        # a computed constant would be propagated by fake dispatch.
-        if op != "placeholder" and getattr(leaf, "constant", None) is not None:
-            raise Unsupported("fake tensor with a constant")
         if any(type(d) is not int for d in leaf.shape):
             raise Unsupported("symbolic shape")
     if _has_tensor_or_symbol(node.args) or _has_tensor_or_symbol(node.kwargs):
         raise Unsupported("tensor or symbolic argument")
 
 
+def _names_own_graph(node: fx.Node) -> bool:
+    """A ``source_fn_stack`` entry of the node holds a node of its graph (executorch's
+    decompositions record the node itself). Stock's re-trace leaves that node behind with its
+    name; in place it would be renamed, and the record would read another name."""
+    stack = node.meta.get("source_fn_stack")
+    if not stack:
+        return False
+    graph = node.graph
+    return any(
+        isinstance(entry, tuple) and entry and isinstance(entry[0], fx.Node)
+        and entry[0].graph is graph
+        for entry in stack
+    )  # fmt: skip
+
+
+#: What a ``get_attr`` may fetch: ``create_arg`` stows a tensor as ``_tensor_constantN`` and a
+#: parameter as ``_param_constantN`` on the re-trace's new root.
+_STOWED = (torch.Tensor, torch.nn.Parameter)
+
+
+def _check_tensor_constant(node: fx.Node, val: Any) -> None:
+    """A ``get_attr`` of a tensor or parameter: the interpreter fetches it and each use in the
+    re-trace stows it again on the new root (``ExportTracer.create_arg``)."""
+    try:
+        attr = _fetch(node.graph.owning_module, node.target)
+    except AttributeError:
+        raise Unsupported("get_attr of a missing attribute") from None
+    if type(attr) not in _STOWED or type(val) is not FakeTensor:
+        raise Unsupported("get_attr of a non-tensor")
+
+
+def _fetch(owner: fx.GraphModule | None, target: Any) -> Any:
+    """``fx.Interpreter.fetch_attr``: the attribute a ``get_attr`` target names."""
+    if owner is None or not isinstance(target, str):
+        raise AttributeError(target)
+    attr: Any = owner
+    for atom in target.split("."):
+        attr = getattr(attr, atom)
+    return attr
+
+
 _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
 #: Argument types that are neither tensors nor symbols nor containers (exact types: fast).
 _PLAIN = frozenset({fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device})
+
+
+def _has_constant(value: Any) -> bool:
+    """Some fake tensor in the value carries a constant (fake dispatch propagates constants:
+    a value computed from one is dispatched again, never kept)."""
+    return any(getattr(leaf, "constant", None) is not None for leaf in _tensors_and_symbols(value))
+
+
+def _keepable(value: Any) -> bool:
+    """A value (a node's, or an input's) whose node may keep its old value instead of being
+    dispatched: no fake constant in it, and, with grad mode on, no tensor requiring grad (its
+    dispatch creates an autograd node, which moves the counter later ``seq_nr`` s read)."""
+    if type(value) is FakeTensor:  # the common case, without building a list
+        return value.constant is None and not (value.requires_grad and torch.is_grad_enabled())
+    leaves = _tensors_and_symbols(value)
+    if any(getattr(leaf, "constant", None) is not None for leaf in leaves):
+        return False
+    return not (
+        torch.is_grad_enabled()
+        and any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
+    )
 
 
 def _tensors_and_symbols(value: Any) -> list[Any]:
@@ -479,7 +543,7 @@ class InplaceRetrace:
             return ArmPass._call_quantized_op_without_fake_kernel(
                 self.pass_, op, args, kwargs, meta
             )
-        if _quantized_value_modelled():
+        if _quantized_value_modelled() and not _has_constant(meta.data["val"]):
             # Stock's method without the node it creates: the same value, meta and name.
             value = _quantized_value(meta)
             return self._take(node, value, meta, names.creation_candidate(self.graph, op, None))
@@ -564,16 +628,16 @@ class InplaceRetrace:
         ``fxstock.meta.retraced_key_order`` models: what :meth:`_claim` gives, without building
         the pass's current meta or fetching the arguments. None when the node needs
         :meth:`_claim`."""
-        if not self.fast_meta or node not in self.as_is:
+        if not self.fast_meta or node not in self.as_is or _saves_eager_input_vals(node.target):
             return None
         val = self.old_val[node]
-        if type(val) is not FakeTensor:
+        if type(val) is not FakeTensor or not _keepable(val):
             return None
         env, left = self.env, self.left
         for inp in node._input_nodes:
             proxy = env.get(inp)
             entry = left.get(inp)
-            if entry is None or not isinstance(proxy, ProxyValue):
+            if entry is None or not isinstance(proxy, ProxyValue) or not _keepable(proxy.data):
                 return None
             if proxy.node is not inp or not same_value(proxy.data, entry.val):
                 return None
@@ -604,14 +668,23 @@ class InplaceRetrace:
         return candidate
 
     def _repoint_inputs(self, node: fx.Node) -> None:
-        """Where some input was rebuilt, point the args at what the re-trace made of them."""
+        """Where some input was rebuilt, point the args at what the re-trace made of them; a
+        tensor constant's ``get_attr`` input is made again as ``create_proxy`` makes it (args
+        before kwargs, one fresh node per use)."""
         env = self.env
-        if any(_node_of(env[i]) is not i for i in node.all_input_nodes):
-            self.journal.set_args(
-                node,
-                map_arg(node.args, lambda i: _node_of(env[i])),
-                map_arg(node.kwargs, lambda i: _node_of(env[i])),
-            )
+        if any(type(env[i]) is not ProxyValue or env[i].node is not i for i in node._input_nodes):
+            arg_of = self._arg_of
+            args = map_arg(node.args, lambda i: arg_of(env[i]))
+            self.journal.set_args(node, args, map_arg(node.kwargs, lambda i: arg_of(env[i])))
+
+    def _arg_of(self, value: Any) -> fx.Node:
+        """The node ``ExportTracer.create_arg`` makes of an interpreted input: a proxy's node,
+        or a real tensor (a fetched ``get_attr``) stowed on the new root as a ``get_attr``."""
+        if isinstance(value, ProxyValue):
+            return value.node
+        if type(value) in _STOWED:
+            return self.pass_.tracer.create_arg(value)
+        return _node_of(value)
 
     def _after_claim(self, node: fx.Node) -> None:
         # What the same step creates after the claim goes after the claimed node.
@@ -621,12 +694,14 @@ class InplaceRetrace:
     def _value_still_holds(self, node: fx.Node) -> bool:
         """The node's value is the one our last re-trace computed, from inputs whose values
         are equal to those it was computed from."""
-        if node not in self.as_is:
+        if node not in self.as_is or not _keepable(self.old_val[node]):
             return False
         for inp in node.all_input_nodes:
             entry = self.left.get(inp)
             proxy = self.env.get(inp)
             if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
+                return False
+            if not _keepable(proxy.data):
                 return False
             if not same_value(proxy.data, entry.val):
                 return False
@@ -642,7 +717,7 @@ class InplaceRetrace:
         tracer.graph = self.graph
         tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
         interpreter = _interpreter_class(interpreter_cls)(pass_, self.gm)
-        interpreter.engine, interpreter.through = self, passthrough(pass_)
+        interpreter.engine, interpreter.through = self, passthrough(pass_, self.gm)
         prev_interpreter = pass_.interpreter
         pass_.tracer = tracer
         # Stock's interpreter (a new one on an empty module), remembering the fake values that
@@ -765,8 +840,35 @@ def _stock_node_meta(tracer: Any, node: fx.Node, old: dict[str, Any]) -> dict[st
         meta = {}
     if tracer.record_stack_traces:
         raise Unsupported("tracer records stack traces")
+    if _saves_eager_input_vals(node.target):
+        meta["eager_input_vals"] = _eager_input_vals(node.args, node.kwargs)
     meta.update(old)
     return meta
+
+
+@functools.cache
+def _saves_eager_input_vals(target: Any) -> bool:
+    """``PythonKeyTracer.create_node`` records the inputs' values of this operator (one with
+    the ``needs_exact_strides`` tag; the higher-order ops it also names are declined)."""
+    from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals
+
+    return isinstance(target, torch._ops.OpOverload) and _should_save_eager_input_vals(target)
+
+
+def _eager_input_vals(args: Any, kwargs: Any) -> Any:
+    """``PythonKeyTracer.create_node``'s ``eager_input_vals``: each input node's fake value
+    (``extract_val``), None for anything else."""
+    from torch.fx.experimental.proxy_tensor import extract_val, is_fake_tensor
+
+    def value(v: Any) -> Any:
+        if not isinstance(v, fx.Node) or "val" not in v.meta:
+            return None
+        val = v.meta["val"]
+        if isinstance(val, torch.Tensor) and not is_fake_tensor(val):
+            return None
+        return extract_val(val)
+
+    return fx.node.map_aggregate((args, kwargs), value)
 
 
 def retrace(pass_: Any, graph_module: fx.GraphModule) -> tuple[Any, InplaceRetrace]:

@@ -17,6 +17,7 @@ from functools import cache
 from typing import Any
 
 import torch
+from torch import fx
 
 from arm_accel import patches
 
@@ -40,24 +41,55 @@ def _always_own_path() -> frozenset[Any]:
 
 
 #: ``call_operator`` s (qualified name: the patch table's model) that hand every operator to
-#: the base one with its arguments rebuilt unchanged (``map_args``) whenever a re-trace runs in
-#: place: ``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor`` argument into a
-#: tensor, and runs in place only when no node has one (``CONDITIONAL_CALLERS``);
-#: ``SymToTensorPass`` turns symbolic scalars into tensors, and ``check_graph`` declines every
-#: graph holding a symbol. A changed source is not trusted.
-_REBUILD_UNCHANGED: dict[str, str] = {
+#: the base one with its arguments rebuilt unchanged (``map_args``) on the graphs their
+#: condition accepts: ``ScalarToTensorPass`` turns a Python scalar passed for a ``Tensor``
+#: argument into a tensor, so only where no node has one; ``SymToTensorPass`` turns symbolic
+#: scalars into tensors, and ``check_graph`` declines every graph holding a symbol. A changed
+#: source is not trusted.
+_REBUILD_UNCHANGED: dict[str, tuple[str, Callable[[fx.GraphModule], bool] | None]] = {
     "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": (
-        "exir.scalar_to_tensor"
+        "exir.scalar_to_tensor",
+        lambda graph_module: not _has_scalar_to_coerce(graph_module),
     ),
     "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": (
-        "exir.sym_to_tensor"
+        "exir.sym_to_tensor",
+        None,
     ),
 }
 
 
-def _rebuilds_unchanged(fn: Any) -> bool:
-    model = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
-    return model is not None and patches.holds(model)
+def _rebuilds_unchanged(fn: Any, graph_module: fx.GraphModule | None) -> bool:
+    entry = _REBUILD_UNCHANGED.get(f"{fn.__module__}.{fn.__qualname__}")
+    if entry is None or not patches.holds(entry[0]):
+        return False
+    condition = entry[1]
+    return condition is None or (graph_module is not None and condition(graph_module))
+
+
+def _has_scalar_to_coerce(graph_module: fx.GraphModule) -> bool:
+    """Some operator node passes a Python scalar for a ``Tensor`` argument (what
+    ``ScalarToTensorPass`` coerces), read with the pass's own ``map_args`` and its test."""
+    import operator
+
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.pass_base import map_args
+
+    found: list[bool] = []
+
+    def probe(value: Any, arg: Any) -> Any:
+        if isinstance(value, (float, int, bool)) and isinstance(arg.type, torch.TensorType):
+            found.append(True)
+        return value
+
+    for node in graph_module.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or target is operator.getitem:
+            continue
+        if isinstance(target, (torch._ops.OpOverload, EdgeOpOverload)):
+            map_args(target, probe, node.args, node.kwargs)
+            if found:
+                return True
+    return False
 
 
 def _defining(cls: type, start: int = 0) -> tuple[int, Any] | None:
@@ -197,9 +229,11 @@ def _guard(fn: Any) -> _Guard | None:
     return _Guard(code, passes, op, self_, fn.__globals__, reads_self)
 
 
-def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
-    """The test "this node's operator goes through the pass's ``call_operator`` untouched",
-    or None when nothing is known to."""
+def passthrough(
+    pass_: Any, graph_module: fx.GraphModule | None = None
+) -> Callable[[Any], bool] | None:
+    """The test "this node's operator goes through the pass's ``call_operator`` untouched" in
+    a re-trace of ``graph_module``, or None when nothing is known to."""
     from executorch.exir.dialects.edge._ops import EdgeOpOverload
 
     own = _always_own_path()
@@ -212,7 +246,7 @@ def passthrough(pass_: Any) -> Callable[[Any], bool] | None:
     bases = _base_call_operators()
     behind = _defining(cls, index + 1)
     base_behind = behind is not None and behind[1] in bases
-    if fn in bases or (base_behind and _rebuilds_unchanged(fn)):
+    if fn in bases or (base_behind and _rebuilds_unchanged(fn, graph_module)):
         return lambda target: isinstance(target, operators) and target not in own
     guard = _guard(fn)
     if guard is None or not base_behind:
