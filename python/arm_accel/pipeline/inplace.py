@@ -857,14 +857,18 @@ def _saves_eager_input_vals(target: Any) -> bool:
 
 def _eager_input_vals(args: Any, kwargs: Any) -> Any:
     """``PythonKeyTracer.create_node``'s ``eager_input_vals``: each input node's fake value
-    (``extract_val``), None for anything else."""
-    from torch.fx.experimental.proxy_tensor import extract_val, is_fake_tensor
+    (``extract_val``), None for anything else. torch 2.13 tests a value with
+    ``isinstance(FakeTensor)``, 2.14 on with ``is_fake_tensor``: they agree on fake and plain
+    tensors, and any other tensor class is declined."""
+    from torch.fx.experimental.proxy_tensor import extract_val
 
     def value(v: Any) -> Any:
         if not isinstance(v, fx.Node) or "val" not in v.meta:
             return None
         val = v.meta["val"]
-        if isinstance(val, torch.Tensor) and not is_fake_tensor(val):
+        if isinstance(val, torch.Tensor) and type(val) is not FakeTensor:
+            if type(val) not in _STOWED:
+                raise Unsupported("an input value of a tensor subclass")
             return None
         return extract_val(val)
 
