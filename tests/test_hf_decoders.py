@@ -18,7 +18,7 @@ MODEL = "qwen2-2l"
 
 def test_qwen2_every_pass_identical_to_stock() -> None:
     """qwen2-2l INT: every pass's graph and the TOSA bytes equal stock's, and at least one
-    re-trace ran in place (the engine declines some here: get_attr, scalar constants)."""
+    re-trace ran in place (the engine declines a few here: graphs with no fake input)."""
     pytest.importorskip("transformers", reason="the transformers zoo models need transformers")
     from pipeline_diff import assert_lowerings_identical, lower
 

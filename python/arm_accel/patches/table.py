@@ -28,6 +28,16 @@ ET = ("1.5.1",)
 # ---------------------------------------------------------------- pins, by stock source
 # executorch (1.5.1 on every torch)
 EXIR_PASS_BASE = Pin("executorch.exir.pass_base", _same("6fcafec2114721ee", *ET))
+#: The tracer's node meta the in-place re-trace writes (``eager_input_vals``).
+PYTHON_KEY_CREATE_NODE = Pin(
+    "torch.fx.experimental.proxy_tensor:PythonKeyTracer.create_node",
+    # 2.14.0: is_fake_tensor for isinstance(FakeTensor)
+    {"2.13.0": "d133105ae984ef0f", "2.14.0": "2d69df5073a536e6", "2.15.0": "2d69df5073a536e6"},
+)
+SAVE_EAGER_INPUT_VALS = Pin(
+    "torch.fx.experimental.proxy_tensor:_should_save_eager_input_vals",
+    _same("698724c4925a62a5", *ALL_TORCH),
+)
 ARM_PASS = Pin("executorch.backends.arm._passes.arm_pass", _same("3f85a56fb4051267", *ET))
 ARM_PASS_UTILS = Pin(
     "executorch.backends.arm._passes.arm_pass_utils", _same("f300a8ace6bd0923", *ET)
@@ -269,7 +279,7 @@ GROUPS: tuple[Group, ...] = (
                 "call",
                 f"{_PKG}.pipeline.engine:accelerated_call",
                 "the re-trace in place (stock re-trace on decline)",
-                models=(EXIR_PASS_BASE,),
+                models=(EXIR_PASS_BASE, PYTHON_KEY_CREATE_NODE, SAVE_EAGER_INPUT_VALS),
             ),
             Patch(
                 "retrace_engine.deprecated_call",

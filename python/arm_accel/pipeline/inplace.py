@@ -32,7 +32,7 @@ from torch.utils import _pytree as pytree
 from arm_accel import patches
 from arm_accel.fxstock import GraphJournal, freshness, names, order
 from arm_accel.fxstock import meta as fxmeta
-from arm_accel.pipeline.passthrough import passthrough
+from arm_accel.pipeline.passthrough import has_scalar_to_coerce, passthrough
 from arm_accel.runtime import fake_memo, identity
 
 
@@ -283,19 +283,32 @@ def _has_constant(value: Any) -> bool:
     return any(getattr(leaf, "constant", None) is not None for leaf in _tensors_and_symbols(value))
 
 
-def _keepable(value: Any) -> bool:
+def _keepable(value: Any, grad_counted: bool) -> bool:
     """A value (a node's, or an input's) whose node may keep its old value instead of being
-    dispatched: no fake constant in it, and, with grad mode on, no tensor requiring grad (its
-    dispatch creates an autograd node, which moves the counter later ``seq_nr`` s read)."""
+    dispatched: no fake constant in it, and, where the re-trace reads the autograd counter
+    (``grad_counted``), no tensor requiring grad (its dispatch creates an autograd node, which
+    moves the counter)."""
     if type(value) is FakeTensor:  # the common case, without building a list
-        return value.constant is None and not (value.requires_grad and torch.is_grad_enabled())
+        return value.constant is None and not (grad_counted and value.requires_grad)
     leaves = _tensors_and_symbols(value)
     if any(getattr(leaf, "constant", None) is not None for leaf in leaves):
         return False
-    return not (
-        torch.is_grad_enabled()
-        and any(isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
-    )
+    grads = (isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
+    return not (grad_counted and any(grads))
+
+
+def _reads_grad_counter(pass_: Any, graph_module: fx.GraphModule) -> bool:
+    """Under grad mode, the re-trace makes nodes whose ``seq_nr`` is the autograd counter's
+    value rather than an old node's: the ``get_attr`` s ``create_arg`` makes, of the graph's
+    tensor constants or of the scalars ``ScalarToTensorPass`` coerces. (The nodes passes build
+    take the interpreted node's ``seq_nr`` with its meta.)"""
+    from executorch.exir.passes.scalar_to_tensor_pass import ScalarToTensorPass
+
+    if not torch.is_grad_enabled():
+        return False
+    if graph_module.graph.find_nodes(op="get_attr"):
+        return True
+    return isinstance(pass_, ScalarToTensorPass) and has_scalar_to_coerce(graph_module)
 
 
 def _tensors_and_symbols(value: Any) -> list[Any]:
@@ -487,6 +500,8 @@ class InplaceRetrace:
         self.candidate_of: dict[Any, str] = {}
         self.journal = GraphJournal(graph_module)
         self.journal.save_names()
+        #: Values requiring grad are dispatched again, never kept (:func:`_keepable`).
+        self.grad_counted = _reads_grad_counter(pass_, graph_module)
 
     # -- hooks the tracer and the pass call ------------------------------------------------
     def insert(self, node: fx.Node) -> None:
@@ -631,13 +646,15 @@ class InplaceRetrace:
         if not self.fast_meta or node not in self.as_is or _saves_eager_input_vals(node.target):
             return None
         val = self.old_val[node]
-        if type(val) is not FakeTensor or not _keepable(val):
+        if type(val) is not FakeTensor or not _keepable(val, self.grad_counted):
             return None
         env, left = self.env, self.left
         for inp in node._input_nodes:
             proxy = env.get(inp)
             entry = left.get(inp)
-            if entry is None or not isinstance(proxy, ProxyValue) or not _keepable(proxy.data):
+            if entry is None or not isinstance(proxy, ProxyValue):
+                return None
+            if not _keepable(proxy.data, self.grad_counted):
                 return None
             if proxy.node is not inp or not same_value(proxy.data, entry.val):
                 return None
@@ -694,14 +711,14 @@ class InplaceRetrace:
     def _value_still_holds(self, node: fx.Node) -> bool:
         """The node's value is the one our last re-trace computed, from inputs whose values
         are equal to those it was computed from."""
-        if node not in self.as_is or not _keepable(self.old_val[node]):
+        if node not in self.as_is or not _keepable(self.old_val[node], self.grad_counted):
             return False
         for inp in node.all_input_nodes:
             entry = self.left.get(inp)
             proxy = self.env.get(inp)
             if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
                 return False
-            if not _keepable(proxy.data):
+            if not _keepable(proxy.data, self.grad_counted):
                 return False
             if not same_value(proxy.data, entry.val):
                 return False
@@ -857,14 +874,18 @@ def _saves_eager_input_vals(target: Any) -> bool:
 
 def _eager_input_vals(args: Any, kwargs: Any) -> Any:
     """``PythonKeyTracer.create_node``'s ``eager_input_vals``: each input node's fake value
-    (``extract_val``), None for anything else."""
-    from torch.fx.experimental.proxy_tensor import extract_val, is_fake_tensor
+    (``extract_val``), None for anything else. torch 2.13 tests a value with
+    ``isinstance(FakeTensor)``, 2.14 on with ``is_fake_tensor``: they agree on fake and plain
+    tensors, and any other tensor class is declined."""
+    from torch.fx.experimental.proxy_tensor import extract_val
 
     def value(v: Any) -> Any:
         if not isinstance(v, fx.Node) or "val" not in v.meta:
             return None
         val = v.meta["val"]
-        if isinstance(val, torch.Tensor) and not is_fake_tensor(val):
+        if isinstance(val, torch.Tensor) and type(val) is not FakeTensor:
+            if type(val) not in _STOWED:
+                raise Unsupported("an input value of a tensor subclass")
             return None
         return extract_val(val)
 

@@ -49,7 +49,7 @@ def _always_own_path() -> frozenset[Any]:
 _REBUILD_UNCHANGED: dict[str, tuple[str, Callable[[fx.GraphModule], bool] | None]] = {
     "executorch.exir.passes.scalar_to_tensor_pass.ScalarToTensorPass.call_operator": (
         "exir.scalar_to_tensor",
-        lambda graph_module: not _has_scalar_to_coerce(graph_module),
+        lambda graph_module: not has_scalar_to_coerce(graph_module),
     ),
     "executorch.exir.passes.sym_to_tensor_pass.SymToTensorPass.call_operator": (
         "exir.sym_to_tensor",
@@ -66,7 +66,7 @@ def _rebuilds_unchanged(fn: Any, graph_module: fx.GraphModule | None) -> bool:
     return condition is None or (graph_module is not None and condition(graph_module))
 
 
-def _has_scalar_to_coerce(graph_module: fx.GraphModule) -> bool:
+def has_scalar_to_coerce(graph_module: fx.GraphModule) -> bool:
     """Some operator node passes a Python scalar for a ``Tensor`` argument (what
     ``ScalarToTensorPass`` coerces), read with the pass's own ``map_args`` and its test."""
     import operator
