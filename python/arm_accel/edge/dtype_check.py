@@ -198,9 +198,7 @@ def graph_key(gm: torch.fx.GraphModule) -> tuple[Any, tuple[Any, ...], list[Any]
         elif op == "placeholder":
             key.append(("p", n.target, _input_key(n.meta.get("val"), mode, storages)))
         elif op == "get_attr":
-            obj = gm
-            for atom in str(n.target).split("."):
-                obj = getattr(obj, atom)
+            obj = operator.attrgetter(str(n.target))(gm)
             if isinstance(obj, torch.Tensor):
                 raise Declined("tensor attribute")
             try:

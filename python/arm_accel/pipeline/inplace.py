@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import operator
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -254,22 +255,12 @@ _STOWED = (torch.Tensor, torch.nn.Parameter)
 def _check_tensor_constant(node: fx.Node, val: Any) -> None:
     """A ``get_attr`` of a tensor or parameter: the interpreter fetches it and each use in the
     re-trace stows it again on the new root (``ExportTracer.create_arg``)."""
-    try:
-        attr = _fetch(node.graph.owning_module, node.target)
-    except AttributeError:
+    try:  # ``fx.Interpreter.fetch_attr``'s walk along the dotted target
+        attr = operator.attrgetter(node.target)(node.graph.owning_module)
+    except (AttributeError, TypeError):
         raise Unsupported("get_attr of a missing attribute") from None
     if type(attr) not in _STOWED or type(val) is not FakeTensor:
         raise Unsupported("get_attr of a non-tensor")
-
-
-def _fetch(owner: fx.GraphModule | None, target: Any) -> Any:
-    """``fx.Interpreter.fetch_attr``: the attribute a ``get_attr`` target names."""
-    if owner is None or not isinstance(target, str):
-        raise AttributeError(target)
-    attr: Any = owner
-    for atom in target.split("."):
-        attr = getattr(attr, atom)
-    return attr
 
 
 _SYMBOLS = (torch.SymInt, torch.SymFloat, torch.SymBool)
