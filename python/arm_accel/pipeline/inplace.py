@@ -271,21 +271,23 @@ _PLAIN = frozenset({fx.Node, int, float, bool, str, type(None), torch.dtype, tor
 def _has_constant(value: Any) -> bool:
     """Some fake tensor in the value carries a constant (fake dispatch propagates constants:
     a value computed from one is dispatched again, never kept)."""
-    return any(getattr(leaf, "constant", None) is not None for leaf in _tensors_and_symbols(value))
+    return not _keepable(value, grad_counted=False)
 
 
 def _keepable(value: Any, grad_counted: bool) -> bool:
     """A value (a node's, or an input's) whose node may keep its old value instead of being
-    dispatched: no fake constant in it, and, where the re-trace reads the autograd counter
-    (``grad_counted``), no tensor requiring grad (its dispatch creates an autograd node, which
-    moves the counter)."""
+    dispatched: no leaf that pins its dispatch (:func:`_pins_dispatch`)."""
     if type(value) is FakeTensor:  # the common case, without building a list
-        return value.constant is None and not (grad_counted and value.requires_grad)
-    leaves = _tensors_and_symbols(value)
-    if any(getattr(leaf, "constant", None) is not None for leaf in leaves):
-        return False
-    grads = (isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in leaves)
-    return not (grad_counted and any(grads))
+        return not _pins_dispatch(value, grad_counted)
+    return not any(_pins_dispatch(leaf, grad_counted) for leaf in _tensors_and_symbols(value))
+
+
+def _pins_dispatch(leaf: Any, grad_counted: bool) -> bool:
+    """A fake constant, or, where the re-trace reads the autograd counter (``grad_counted``),
+    a tensor requiring grad (its dispatch creates an autograd node, which moves the counter)."""
+    if getattr(leaf, "constant", None) is not None:
+        return True
+    return grad_counted and isinstance(leaf, torch.Tensor) and leaf.requires_grad
 
 
 def _reads_grad_counter(pass_: Any, graph_module: fx.GraphModule) -> bool:
