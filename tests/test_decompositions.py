@@ -376,11 +376,22 @@ def test_rewritten_value_of_another_layout_declines() -> None:
 
 def test_llama_edge_stage_traces_rewritten_nodes_alone(active: None) -> None:
     """llama1 INT, whose call 1 decomposes transpose, type_as, unbind, stack, repeat_interleave
-    and _to_dim_order_copy: the edge stage replays calls 1 (those nodes traced alone) and 2,
-    and its program equals stock's (every meta key; tensors by value). One untimed stock edge
-    stage runs first, as in the deepautoencoder test."""
-    replayed, diffs = _edge_stages_compared("llama1")
-    assert replayed == 2, "calls 1 and 2 were not both replayed"
+    and _to_dim_order_copy, and whose export holds ``_assert_tensor_metadata`` nodes export
+    inserted after its trace (args not as dispatched) and a preserved ``unbind`` read through
+    getitems: the edge stage replays calls 0 (the asserts' args as the dispatcher hands them,
+    each getitem's meta its producer's), 1 (those nodes traced alone) and 2, and its program
+    equals stock's (every meta key; tensors by value). One untimed stock edge stage runs
+    first, as in the deepautoencoder test."""
+
+    def holds_inserted_assert_and_unbind(program: ExportedProgram) -> bool:
+        nodes = list(program.graph.nodes)
+        unbind = torch.ops.aten.unbind.int
+        return any(decompositions._inserted_after_trace(n) for n in nodes) and any(
+            n.target is unbind for n in nodes
+        )
+
+    replayed, diffs = _edge_stages_compared("llama1", holds_inserted_assert_and_unbind)
+    assert replayed == 3, "the three calls were not all replayed"
     assert diffs == []
 
 
@@ -639,3 +650,39 @@ def test_inplace_op_modelled_only_on_a_value_only_it_reads() -> None:
     )
     assert decompositions._functional_variant(relu_) is torch.ops.aten.relu.default
     assert decompositions._functional_variant(torch.ops.aten.relu.default) is None
+
+
+def test_op_names_as_the_tracer_asks() -> None:
+    """The replay names a node as ``proxy_call`` does, through ``Graph._target_to_str``: a
+    magic method's packet loses its underscores (``__and__`` -> ``and``, which fx's namespace
+    then makes ``and_1``), others keep theirs; getitem takes its own."""
+    import operator
+
+    assert decompositions._op_name(torch.ops.aten.__and__.Tensor) == "and"
+    assert decompositions._op_name(torch.ops.aten._to_copy.default) == "_to_copy"
+    assert decompositions._op_name(operator.getitem) is None
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.aten.__and__.Tensor, (x, x))
+    node.name = graph._graph_namespace.create_name(decompositions._op_name(node.target), None)
+    assert node.name == "and_1"
+
+
+def test_inserted_assert_takes_the_dispatched_args() -> None:
+    """An ``_assert_tensor_metadata`` node as export inserts it (dtype as a keyword) is rebuilt
+    with the args the dispatcher hands the tracer: positional up to the last non-default one,
+    keyword-only ones as keywords."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    with FakeTensorMode() as mode:
+        x.meta["val"] = torch.empty(2, 3)
+    del mode
+    target = torch.ops.aten._assert_tensor_metadata.default
+    kwargs = {"dtype": torch.float32, "device": torch.device("cpu"), "layout": torch.strided}
+    node = graph.call_function(target, (x,), kwargs)
+    assert decompositions._inserted_after_trace(node)
+    args, got_kwargs = decompositions._as_dispatched(target, node.args, node.kwargs)
+    assert args == (x, None, None, torch.float32)
+    assert got_kwargs == {"device": torch.device("cpu"), "layout": torch.strided}

@@ -169,10 +169,17 @@ def _new_constants() -> bool | None:
     return None if found is None else found == "a new dict"
 
 
+#: a graph whose ``_target_to_str`` (it reads nothing of the graph) names ops as the tracer's does
+_NAMER = fx.Graph()
+
+
 def _op_name(target: Any) -> str | None:
     """The name the tracer asks fx's namespace for a node of ``target`` (None: the target's
-    own, ``getitem``)."""
-    return None if target is operator.getitem else target.overloadpacket.__name__
+    own, ``getitem``): its packet's name through ``Graph._target_to_str`` (``__and__`` ->
+    ``and``), as ``proxy_call`` asks."""
+    if target is operator.getitem:
+        return None
+    return _NAMER._target_to_str(target.overloadpacket.__name__)
 
 
 def _name_base(name: str) -> str:
@@ -294,10 +301,82 @@ def _op_bases_or_decline(
                 return alone
         if not node.users and name not in KEPT_WITHOUT_USERS:
             return "dead node"
-        if "original_aten" not in node.meta or "from_node" not in node.meta:
+        if subtrace.listed(node) and not _rewritten_by_trace(target, table):
+            getitems = _getitems_decline(node)
+            if getitems is not None:
+                return getitems
+        if not _inserted_after_trace(node) and (
+            "original_aten" not in node.meta or "from_node" not in node.meta
+        ):
             return "node meta without original_aten/from_node"
-        bases.add(target.overloadpacket.__name__)
+        bases.add(_op_name(target))
     return bases
+
+
+def _inserted_after_trace(node: fx.Node) -> bool:
+    """An ``_assert_tensor_metadata`` node export inserted after its trace (no dispatch
+    recorded it: no ``original_aten``); its args are as the inserting pass wrote them."""
+    return str(node.target) in KEPT_WITHOUT_USERS and "original_aten" not in node.meta
+
+
+class _Recording(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the one call it sees as the dispatcher hands it to the modes (args split per
+    schema, defaults dropped), the form the tracer records."""
+
+    call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.call = (func, args, kwargs or {})
+        return func(*args, **(kwargs or {}))
+
+
+def _as_dispatched(target: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """``args``/``kwargs`` (of nodes) as the dispatcher hands them to the tracer: the call run
+    once on their fake values under :class:`_Recording`, its tensors mapped back to the nodes."""
+    nodes: dict[int, fx.Node] = {}
+
+    def value(n: fx.Node) -> Any:
+        nodes[id(n.meta["val"])] = n
+        return n.meta["val"]
+
+    fake_args, fake_kwargs = fx.map_arg((args, kwargs), value)
+    fake_mode = next(iter(nodes.values())).meta["val"].fake_mode
+    recording = _Recording()
+    with fake_mode, recording:
+        target(*fake_args, **fake_kwargs)
+    if recording.call is None or recording.call[0] is not target:
+        raise subtrace.Declined(f"{target} did not reach the modes as itself")
+    _, got_args, got_kwargs = recording.call
+
+    def node_of(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if id(v) not in nodes:
+                raise subtrace.Declined(f"{target}: a tensor argument not the graph's")
+            return nodes[id(v)]
+        return v
+
+    return (
+        tuple(fx.node.map_aggregate(a, node_of) for a in got_args),
+        {k: fx.node.map_aggregate(v, node_of) for k, v in got_kwargs.items()},
+    )
+
+
+def _getitems_decline(node: fx.Node) -> str | None:
+    """Why the tracer would make other ``getitem`` nodes for ``node``'s list value than the
+    graph holds, or None: it makes one per element, in order, right after ``node`` (the
+    graph's must be those, none dropped)."""
+    value = node.meta.get("val")
+    following: list[fx.Node] = []
+    nxt = node.next
+    for _ in range(len(value)):
+        following.append(nxt)
+        nxt = nxt.next
+    for index, item in enumerate(following):
+        if item.target is not operator.getitem or item.args != (node, index):
+            return f"{node.name}: its getitems are not one per element right after it"
+    if len(node.users) != len(value):
+        return f"{node.name}: its getitems are not one per element right after it"
+    return None
 
 
 def _rewritten_by_trace(target: Any, table: dict[Any, Any] | None) -> bool:
@@ -387,17 +466,26 @@ def _dispatched(target: Any) -> Any:
 
 
 def _replayed_meta(
-    old: fx.Node, source: fx.Node, target: Any, seq_nr: int, args: Any, kwargs: Any
+    old: fx.Node,
+    source: fx.Node,
+    target: Any,
+    seq_nr: int,
+    args: Any,
+    kwargs: Any,
+    dispatched: Any = None,
 ) -> dict[str, Any]:
-    """The meta the tracer gives the replay of ``source`` (``old``'s copy in ``ep.module()``),
-    in the tracer's key order: the traced fields (``fxstock.meta``) under ``source``'s meta,
-    eager input values, value and tensor meta."""
+    """The meta the tracer gives the replay of ``old``, made while it interprets ``source``
+    (``old``'s copy in ``ep.module()``; for a ``getitem``, its producer's, which the tracer
+    made it for) dispatching ``dispatched`` (default ``target``), in the tracer's key order:
+    the traced fields (``fxstock.meta``) under ``source``'s meta, eager input values, value
+    and tensor meta (none for an op that returns nothing)."""
     from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals, extract_val
 
+    dispatched = target if dispatched is None else dispatched
     current = dict(source.meta)
     current["from_node"] = subtrace.created_from(source)
-    if isinstance(target, torch._ops.OpOverload):  # set_original_aten_op at dispatch
-        current["original_aten"] = target
+    if isinstance(dispatched, torch._ops.OpOverload):  # set_original_aten_op at dispatch
+        current["original_aten"] = dispatched
     meta = fxmeta.traced_meta(current, seq_nr)
     if _should_save_eager_input_vals(target, (args, kwargs)):
 
@@ -405,6 +493,8 @@ def _replayed_meta(
             return extract_val(v.meta["val"]) if isinstance(v, fx.Node) else None
 
         meta["eager_input_vals"] = fx.node.map_aggregate((args, kwargs), value)
+    if isinstance(target, torch._ops.OpOverload) and not target._schema.returns:
+        return meta
     for key in ("val", "tensor_meta"):
         if key in old.meta:
             meta[key] = old.meta[key]
@@ -558,15 +648,21 @@ def _replay_graph(
             elif _is_mutable(target):  # functionalized: its out-of-place variant
                 target = _functional_variant(target)
                 decomposed = True
+            old_kwargs = old.kwargs
+            if _inserted_after_trace(old):
+                old_args, old_kwargs = _as_dispatched(target, old_args, old_kwargs)
             # fx's namespace renumbers the names in graph order, as in the traced graph
             name = _op_name(target)
             args = fx.map_arg(old_args, env.__getitem__)
-            kwargs = fx.map_arg(old.kwargs, env.__getitem__)
+            kwargs = fx.map_arg(old_kwargs, env.__getitem__)
             target = _dispatched(target)
             if decomposed or old.name in swapped:
-                _run_as_traced(old, by_name[old.name], target, old_args, old.kwargs)
+                _run_as_traced(old, by_name[old.name], target, old_args, old_kwargs)
             new = graph.create_node("call_function", target, args, kwargs, name)
-            new.meta = _replayed_meta(old, by_name[old.name], target, seq_nr, args, kwargs)
+            source, op = by_name[old.name], target
+            if target is operator.getitem:  # made while its producer's output was tracked
+                source, op = by_name[old.args[0].name], env[old.args[0]].target
+            new.meta = _replayed_meta(old, source, target, seq_nr, args, kwargs, op)
         else:
             new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
