@@ -80,9 +80,9 @@ def active() -> None:
 def test_lowering_equals_stock(active: None) -> None:
     """dscnnkws INT lowered with acceleration off, then on, from the same exported program: the
     edge stage's program equals stock's (graph with every meta key, signature, state dict,
-    constants, verifiers) and the TOSA bytes are equal; fails unless calls 1 (its conv2d
-    written as convolution) and 2 were replayed, or if no
-    quantize/dequantize value served from the fake memo, no collection of CIA ops materialized
+    constants, verifiers) and the TOSA bytes are equal; fails unless calls 0 (the export's
+    ``relu_`` functionalized, its eval ``dropout`` and ``flatten`` traced alone), 1 (its conv2d
+    written as convolution) and 2 were replayed, or if no collection of CIA ops materialized
     once, no CIA override made its patches directly or no param/buffer metadata write-back
     looked its mappings up once, or if any of these happened with acceleration off; the
     provenance records hold fewer objects than stock's where stock deep-copies them."""
@@ -104,13 +104,14 @@ def test_lowering_equals_stock(active: None) -> None:
     assert _populated() == populated, "param/buffer meta written by ours with acceleration off"
     with edge_stage_output() as ours_programs:
         ours_bytes = models.tosa_bytes(models.lower(exported, mode))
-    assert _accelerated() - before == 2, "calls 1 (conv2d as convolution) and 2 not replayed"
-    assert _served() > served, "the fake memo served no call of the decompositions"
+    assert _accelerated() - before == 3, (
+        "calls 0 (relu_ functionalized, dropout and flatten traced alone), 1 (conv2d as "
+        "convolution) and 2 not all replayed"
+    )
     assert _collected() > collected, "no collection of CIA ops materialized once"
     assert _overridden() > overridden, "no CIA override made its patches directly"
     if patches.installed("edge.param_meta"):  # stock by design where torch reads once itself
         assert _populated() > populated, "no param/buffer meta write-back looked up once"
-    assert _fallbacks(), "calls 0 and 1 ran stock without a counted reason"
     (stock,), (ours,) = stock_programs, ours_programs
     assert_graphs_equal(stock.graph_module, ours.graph_module)
     assert stock.graph_signature == ours.graph_signature
@@ -375,11 +376,22 @@ def test_rewritten_value_of_another_layout_declines() -> None:
 
 def test_llama_edge_stage_traces_rewritten_nodes_alone(active: None) -> None:
     """llama1 INT, whose call 1 decomposes transpose, type_as, unbind, stack, repeat_interleave
-    and _to_dim_order_copy: the edge stage replays calls 1 (those nodes traced alone) and 2,
-    and its program equals stock's (every meta key; tensors by value). One untimed stock edge
-    stage runs first, as in the deepautoencoder test."""
-    replayed, diffs = _edge_stages_compared("llama1")
-    assert replayed == 2, "calls 1 and 2 were not both replayed"
+    and _to_dim_order_copy, and whose export holds ``_assert_tensor_metadata`` nodes export
+    inserted after its trace (args not as dispatched) and a preserved ``unbind`` read through
+    getitems: the edge stage replays calls 0 (the asserts' args as the dispatcher hands them,
+    each getitem's meta its producer's), 1 (those nodes traced alone) and 2, and its program
+    equals stock's (every meta key; tensors by value). One untimed stock edge stage runs
+    first, as in the deepautoencoder test."""
+
+    def holds_inserted_assert_and_unbind(program: ExportedProgram) -> bool:
+        nodes = list(program.graph.nodes)
+        unbind = torch.ops.aten.unbind.int
+        return any(decompositions._inserted_after_trace(n) for n in nodes) and any(
+            n.target is unbind for n in nodes
+        )
+
+    replayed, diffs = _edge_stages_compared("llama1", holds_inserted_assert_and_unbind)
+    assert replayed == 3, "the three calls were not all replayed"
     assert diffs == []
 
 
@@ -523,15 +535,15 @@ def test_random_models_edge_stage_equals_stock(active: None, spec: fm.Spec) -> N
 
 def test_call_with_a_preserved_cia_op_is_replayed(active: None) -> None:
     """deepautoencoder INT, whose linears are CompositeImplicitAutograd ops the re-trace keeps
-    as they are when the table lacks them: calls 1 and 2 of the edge stage are both replayed
-    (call 1's table lacks linear), and the program equals stock's. One untimed stock edge stage
-    runs first, so that neither compared side is the process's first to meet these ops and
-    shapes (a relu kernel annotates ``custom`` only then, stock or not)."""
+    as they are when the table lacks them: the three calls of the edge stage are replayed
+    (calls 0 and 1's tables lack linear), and the program equals stock's. One untimed stock
+    edge stage runs first, so that neither compared side is the process's first to meet these
+    ops and shapes (a relu kernel annotates ``custom`` only then, stock or not)."""
     linear = torch.ops.aten.linear.default
     replayed, diffs = _edge_stages_compared(
         "deepautoencoder", lambda p: any(n.target is linear for n in p.graph.nodes)
     )
-    assert replayed == 2, "calls 1 and 2 were not both replayed"
+    assert replayed == 3, "the three calls were not all replayed"
     assert diffs == []
 
 
@@ -563,3 +575,114 @@ def test_placeholder_fx_would_rename_declines(active: None) -> None:
     reasons = _fallbacks()
     assert reasons.get("placeholder input is a name fx renames", 0) >= 1, reasons
     assert not any(r.startswith("replay failed") for r in reasons), reasons
+
+
+def test_first_call_replayed_on_resnet8(active: None) -> None:
+    """resnet8 INT (its export holds ``flatten``, which the first call's trace decomposes): the
+    edge stage replays all three calls, the first on the program torch.export returned, and its
+    program equals stock's (every meta key: the placeholders' ``desc`` included; tensors by
+    value). One untimed stock edge stage runs first, as in the deepautoencoder test."""
+    replayed, diffs = _edge_stages_compared("resnet8")
+    assert replayed == 3, "the three calls were not all replayed"
+    assert diffs == []
+
+
+def test_first_call_replays_only_an_unedited_export_output(active: None) -> None:
+    """The first call's input must be a program torch.export returned, unedited since: a deep
+    copy, and the same program once a node's args change, decline with their reasons (counted,
+    not replay failures), and the stock call then runs with its quantize/dequantize values
+    served from the fake memo; the lowering's TOSA bytes equal stock's either way."""
+    import copy
+
+    from arm_accel.edge import export_outputs
+
+    model, inputs, mode = models.build("dscnnkws")
+    exported = models.export_for_arm(model, inputs, mode)
+    assert export_outputs.edited_reason(exported) is None
+    with arm_accel.disabled():
+        stock_bytes = models.tosa_bytes(models.lower(exported, mode))
+    copied = copy.deepcopy(exported)
+    assert export_outputs.edited_reason(copied) == "input is not a program torch.export returned"
+    before, served = dict(_fallbacks()), _served()
+    assert models.tosa_bytes(models.lower(copied, mode)) == stock_bytes
+    reason = "input is not a program torch.export returned"
+    assert _fallbacks().get(reason, 0) == before.get(reason, 0) + 1
+    # the stock call's quantize/dequantize calls are served from the fake memo
+    assert _served() > served, "the fake memo served no call of the stock decomposition"
+
+    node = next(n for n in exported.graph.nodes if n.target is torch.ops.aten.relu_.default)
+    node.args = tuple(node.args)  # same values, a new args object: an edit
+    edited = "program edited since torch.export returned it"
+    assert export_outputs.edited_reason(exported) == edited
+    with arm_accel.disabled():
+        stock_edited = models.tosa_bytes(models.lower(exported, mode))
+    before = dict(_fallbacks())
+    assert models.tosa_bytes(models.lower(exported, mode)) == stock_edited
+    assert _fallbacks().get(edited, 0) == before.get(edited, 0) + 1
+
+
+class _InplaceReads(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = x * 2
+        z = y + 1
+        y.relu_()  # y is read by z before and by the output after
+        w = (z * 3).relu_()  # a fresh value only relu_ reads
+        return y, w
+
+
+def test_inplace_op_modelled_only_on_a_value_only_it_reads() -> None:
+    """An in-place op is replayed as its out-of-place variant only where functionalization does
+    nothing else: on a value a non-aliasing op made that nothing else reads. ``relu_`` of a
+    value read by another op (and by the output) declines; of a fresh product it does not; an
+    in-place op the table holds, or whose out-of-place variant it holds, declines."""
+    ep = torch.export.export(_InplaceReads(), (torch.randn(2, 3),))
+    relus = [n for n in ep.graph.nodes if n.target is torch.ops.aten.relu_.default]
+    assert len(relus) == 2
+    shared, fresh = relus
+    assert decompositions._inplace_decline(shared, {}) == (
+        "aten.relu_.default mutates a value others may read"
+    )
+    assert decompositions._inplace_decline(fresh, {}) is None
+    relu_ = torch.ops.aten.relu_.default
+    assert decompositions._inplace_decline(fresh, {relu_: None}) == "aten.relu_.default is mutable"
+    assert decompositions._inplace_decline(fresh, {torch.ops.aten.relu.default: None}) == (
+        "aten.relu_.default: its out-of-place variant is rewritten by the trace"
+    )
+    assert decompositions._functional_variant(relu_) is torch.ops.aten.relu.default
+    assert decompositions._functional_variant(torch.ops.aten.relu.default) is None
+
+
+def test_op_names_as_the_tracer_asks() -> None:
+    """The replay names a node as ``proxy_call`` does, through ``Graph._target_to_str``: a
+    magic method's packet loses its underscores (``__and__`` -> ``and``, which fx's namespace
+    then makes ``and_1``), others keep theirs; getitem takes its own."""
+    import operator
+
+    assert decompositions._op_name(torch.ops.aten.__and__.Tensor) == "and"
+    assert decompositions._op_name(torch.ops.aten._to_copy.default) == "_to_copy"
+    assert decompositions._op_name(operator.getitem) is None
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    node = graph.call_function(torch.ops.aten.__and__.Tensor, (x, x))
+    node.name = graph._graph_namespace.create_name(decompositions._op_name(node.target), None)
+    assert node.name == "and_1"
+
+
+def test_inserted_assert_takes_the_dispatched_args() -> None:
+    """An ``_assert_tensor_metadata`` node as export inserts it (dtype as a keyword) is rebuilt
+    with the args the dispatcher hands the tracer: positional up to the last non-default one,
+    keyword-only ones as keywords."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    with FakeTensorMode() as mode:
+        x.meta["val"] = torch.empty(2, 3)
+    del mode
+    target = torch.ops.aten._assert_tensor_metadata.default
+    kwargs = {"dtype": torch.float32, "device": torch.device("cpu"), "layout": torch.strided}
+    node = graph.call_function(target, (x,), kwargs)
+    assert decompositions._inserted_after_trace(node)
+    args, got_kwargs = decompositions._as_dispatched(target, node.args, node.kwargs)
+    assert args == (x, None, None, torch.float32)
+    assert got_kwargs == {"device": torch.device("cpu"), "layout": torch.strided}

@@ -30,7 +30,7 @@ from torch.export.graph_signature import (
 )
 
 from arm_accel import patches
-from arm_accel.edge import cia_ops, dtype_check, param_meta, subtrace
+from arm_accel.edge import cia_ops, dtype_check, export_outputs, param_meta, subtrace
 from arm_accel.fxstock import meta as fxmeta
 from arm_accel.fxstock import names
 from arm_accel.pipeline import engine
@@ -59,19 +59,15 @@ class _Stage:
     def __init__(self) -> None:
         self.calls = 0
         self.last: ExportedProgram | None = None
-        self.snapshot: list[tuple[fx.Node, Any, Any, Any]] = []
+        self.snapshot: export_outputs.Snapshot = []
 
     def swapped(self, ep: ExportedProgram) -> frozenset[str]:
         """Names of the nodes whose target changed since :meth:`remember`."""
-        return frozenset(
-            n.name
-            for n, (_, target, _, _) in zip(ep.graph.nodes, self.snapshot, strict=True)
-            if n.target is not target
-        )
+        return frozenset(n.name for n, _ in export_outputs.edited_nodes(ep, self.snapshot) or ())
 
     def remember(self, ep: ExportedProgram) -> None:
         self.last = ep
-        self.snapshot = [(n, n.target, n.args, n.kwargs) for n in ep.graph.nodes]
+        self.snapshot = export_outputs.snapshot(ep)
 
 
 def _stage_stack() -> list[_Stage]:
@@ -86,16 +82,11 @@ def _edited_only_by_target_swaps(ep: ExportedProgram, stage: _Stage) -> str | No
 
     if ep is not stage.last:
         return "input is not the previous call's output"
-    nodes = list(ep.graph.nodes)
-    if len(nodes) != len(stage.snapshot):
+    swapped = export_outputs.edited_nodes(ep, stage.snapshot)
+    if swapped is None:
         return "graph edited since the previous call"
-    for node, (old, target, args, kwargs) in zip(nodes, stage.snapshot, strict=True):
-        if node is not old or node.args is not args or node.kwargs is not kwargs:
-            return "graph edited since the previous call"
-        if (
-            node.target is not target
-            and transform_op_to_aten_op.get(str(node.target)) is not target
-        ):
+    for node, old_target in swapped:
+        if transform_op_to_aten_op.get(str(node.target)) is not old_target:
             return "graph edited since the previous call"
     return None
 
@@ -178,10 +169,17 @@ def _new_constants() -> bool | None:
     return None if found is None else found == "a new dict"
 
 
+#: a graph whose ``_target_to_str`` (it reads nothing of the graph) names ops as the tracer's does
+_NAMER = fx.Graph()
+
+
 def _op_name(target: Any) -> str | None:
     """The name the tracer asks fx's namespace for a node of ``target`` (None: the target's
-    own, ``getitem``)."""
-    return None if target is operator.getitem else target.overloadpacket.__name__
+    own, ``getitem``): its packet's name through ``Graph._target_to_str`` (``__and__`` ->
+    ``and``), as ``proxy_call`` asks."""
+    if target is operator.getitem:
+        return None
+    return _NAMER._target_to_str(target.overloadpacket.__name__)
 
 
 def _name_base(name: str) -> str:
@@ -284,26 +282,164 @@ def _op_bases_or_decline(
         if target.namespace not in NAMESPACES_MODELLED:
             return f"namespace {target.namespace} not modelled"
         if target._schema.is_mutable:
-            return f"{name} is mutable"
+            inplace = _inplace_decline(node, table)
+            if inplace is not None:
+                return inplace
+            target = _functional_variant(target)
         if target is torch.ops.aten.conv2d.default and target in table:
             conv2d = _conv2d_decline(node, table)
             if conv2d is not None:
                 return conv2d
             target = torch.ops.aten.convolution.default
-        elif target in table:
+        elif _rewritten_by_trace(target, table):
             if not trace_rewritten:
-                return f"{name} in the decomposition table"
+                if target in table:
+                    return f"{name} in the decomposition table"
+                return f"{name} is CompositeImplicitAutograd"
             alone = subtrace.decline_reason(node)
             if alone is not None:
                 return alone
-        elif _is_cia(target) and not _preserved_cia(target):
-            return f"{name} is CompositeImplicitAutograd"
         if not node.users and name not in KEPT_WITHOUT_USERS:
             return "dead node"
-        if "original_aten" not in node.meta or "from_node" not in node.meta:
+        if subtrace.listed(node) and not _rewritten_by_trace(target, table):
+            getitems = _getitems_decline(node)
+            if getitems is not None:
+                return getitems
+        if not _inserted_after_trace(node) and (
+            "original_aten" not in node.meta or "from_node" not in node.meta
+        ):
             return "node meta without original_aten/from_node"
-        bases.add(target.overloadpacket.__name__)
+        bases.add(_op_name(target))
     return bases
+
+
+def _inserted_after_trace(node: fx.Node) -> bool:
+    """An ``_assert_tensor_metadata`` node export inserted after its trace (no dispatch
+    recorded it: no ``original_aten``); its args are as the inserting pass wrote them."""
+    return str(node.target) in KEPT_WITHOUT_USERS and "original_aten" not in node.meta
+
+
+class _Recording(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the one call it sees as the dispatcher hands it to the modes (args split per
+    schema, defaults dropped), the form the tracer records."""
+
+    call: tuple[Any, tuple[Any, ...], dict[str, Any]] | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.call = (func, args, kwargs or {})
+        return func(*args, **(kwargs or {}))
+
+
+def _as_dispatched(target: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+    """``args``/``kwargs`` (of nodes) as the dispatcher hands them to the tracer: the call run
+    once on their fake values under :class:`_Recording`, its tensors mapped back to the nodes."""
+    nodes: dict[int, fx.Node] = {}
+
+    def value(n: fx.Node) -> Any:
+        nodes[id(n.meta["val"])] = n
+        return n.meta["val"]
+
+    fake_args, fake_kwargs = fx.map_arg((args, kwargs), value)
+    fake_mode = next(iter(nodes.values())).meta["val"].fake_mode
+    recording = _Recording()
+    with fake_mode, recording:
+        target(*fake_args, **fake_kwargs)
+    if recording.call is None or recording.call[0] is not target:
+        raise subtrace.Declined(f"{target} did not reach the modes as itself")
+    _, got_args, got_kwargs = recording.call
+
+    def node_of(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if id(v) not in nodes:
+                raise subtrace.Declined(f"{target}: a tensor argument not the graph's")
+            return nodes[id(v)]
+        return v
+
+    return (
+        tuple(fx.node.map_aggregate(a, node_of) for a in got_args),
+        {k: fx.node.map_aggregate(v, node_of) for k, v in got_kwargs.items()},
+    )
+
+
+def _getitems_decline(node: fx.Node) -> str | None:
+    """Why the tracer would make other ``getitem`` nodes for ``node``'s list value than the
+    graph holds, or None: it makes one per element, in order, right after ``node`` (the
+    graph's must be those, none dropped)."""
+    value = node.meta.get("val")
+    following: list[fx.Node] = []
+    nxt = node.next
+    for _ in range(len(value)):
+        following.append(nxt)
+        nxt = nxt.next
+    for index, item in enumerate(following):
+        if item.target is not operator.getitem or item.args != (node, index):
+            return f"{node.name}: its getitems are not one per element right after it"
+    if len(node.users) != len(value):
+        return f"{node.name}: its getitems are not one per element right after it"
+    return None
+
+
+def _rewritten_by_trace(target: Any, table: dict[Any, Any] | None) -> bool:
+    """Whether the trace rewrites a node of ``target`` (but conv2d, modelled): the table
+    decomposes it, or it is a CompositeImplicitAutograd op the trace does not preserve (its
+    kernel runs: ``flatten`` becomes ``view``, an eval ``dropout`` its input)."""
+    if target is torch.ops.aten.conv2d.default and table is not None and target in table:
+        return False
+    if table is not None and target in table:
+        return True
+    return _is_cia(target) and not _preserved_cia(target)
+
+
+def _is_mutable(target: Any) -> bool:
+    return isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
+
+
+def _functional_variant(op: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The out-of-place op of the in-place ``op`` (``relu_`` -> ``relu``): same namespace and
+    overload, the name without its trailing underscore, the same argument names, not mutable."""
+    name = op._schema.name.split("::")[1]
+    if not name.endswith("_") or name.endswith("__"):
+        return None
+    packet = getattr(getattr(torch.ops, op.namespace), name[:-1], None)
+    functional = getattr(packet, op._overloadname, None) if packet is not None else None
+    if not isinstance(functional, torch._ops.OpOverload) or functional._schema.is_mutable:
+        return None
+    if [a.name for a in functional._schema.arguments] != [a.name for a in op._schema.arguments]:
+        return None
+    return functional
+
+
+def _inplace_decline(node: fx.Node, table: dict[Any, Any]) -> str | None:
+    """Why functionalization may do more to the in-place ``node`` than call its functional
+    variant on the same arguments, or None: it mutates only its first argument, a value a
+    non-aliasing op made and only ``node`` reads (no graph input, no view, nobody reading the
+    old or the new contents through it), and neither it nor its out-of-place variant is
+    rewritten by the trace."""
+    op = node.target
+    name = str(op)
+    functional = _functional_variant(op)
+    if op in table or functional is None:
+        return f"{name} is mutable"
+    if _rewritten_by_trace(functional, table) or functional is torch.ops.aten.conv2d.default:
+        return f"{name}: its out-of-place variant is rewritten by the trace"
+    writes = [
+        i
+        for i, a in enumerate(op._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    mutated = node.args[0] if node.args else None
+    if writes != [0] or not isinstance(mutated, fx.Node):
+        return f"{name} mutates other than its first argument"
+    producer = mutated.target
+    if (
+        mutated.op != "call_function"
+        or list(mutated.users) != [node]
+        or not isinstance(producer, torch._ops.OpOverload)
+        or any(r.alias_info is not None for r in producer._schema.returns)
+        or not isinstance(mutated.meta.get("val"), torch.Tensor)
+    ):
+        return f"{name} mutates a value others may read"
+    return None
 
 
 def _placeholder_decline(ep: ExportedProgram, bases: set[str]) -> str | None:
@@ -330,17 +466,26 @@ def _dispatched(target: Any) -> Any:
 
 
 def _replayed_meta(
-    old: fx.Node, source: fx.Node, target: Any, seq_nr: int, args: Any, kwargs: Any
+    old: fx.Node,
+    source: fx.Node,
+    target: Any,
+    seq_nr: int,
+    args: Any,
+    kwargs: Any,
+    dispatched: Any = None,
 ) -> dict[str, Any]:
-    """The meta the tracer gives the replay of ``source`` (``old``'s copy in ``ep.module()``),
-    in the tracer's key order: the traced fields (``fxstock.meta``) under ``source``'s meta,
-    eager input values, value and tensor meta."""
+    """The meta the tracer gives the replay of ``old``, made while it interprets ``source``
+    (``old``'s copy in ``ep.module()``; for a ``getitem``, its producer's, which the tracer
+    made it for) dispatching ``dispatched`` (default ``target``), in the tracer's key order:
+    the traced fields (``fxstock.meta``) under ``source``'s meta, eager input values, value
+    and tensor meta (none for an op that returns nothing)."""
     from torch.fx.experimental.proxy_tensor import _should_save_eager_input_vals, extract_val
 
+    dispatched = target if dispatched is None else dispatched
     current = dict(source.meta)
     current["from_node"] = subtrace.created_from(source)
-    if isinstance(target, torch._ops.OpOverload):  # set_original_aten_op at dispatch
-        current["original_aten"] = target
+    if isinstance(dispatched, torch._ops.OpOverload):  # set_original_aten_op at dispatch
+        current["original_aten"] = dispatched
     meta = fxmeta.traced_meta(current, seq_nr)
     if _should_save_eager_input_vals(target, (args, kwargs)):
 
@@ -348,6 +493,8 @@ def _replayed_meta(
             return extract_val(v.meta["val"]) if isinstance(v, fx.Node) else None
 
         meta["eager_input_vals"] = fx.node.map_aggregate((args, kwargs), value)
+    if isinstance(target, torch._ops.OpOverload) and not target._schema.returns:
+        return meta
     for key in ("val", "tensor_meta"):
         if key in old.meta:
             meta[key] = old.meta[key]
@@ -449,12 +596,11 @@ def _trace_rewritten(
 ) -> subtrace.SubTrace | None:
     """The nodes the table decomposes (but conv2d) traced alone (:mod:`.subtrace`), or None
     when there are none; declines when a node it makes would be named as a placeholder is."""
-    conv2d = torch.ops.aten.conv2d.default
     rewritten = [
         n
         for n in ep.graph.nodes
-        if table is not None and n.op == "call_function" and n.target in table
-        if n.target is not conv2d
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+        if _rewritten_by_trace(n.target, table)
     ]
     if not rewritten:
         return None
@@ -479,8 +625,7 @@ def _replay_graph(
 ) -> fx.Graph:
     """``ep``'s graph rebuilt node by node as the trace makes it, with ``traced``'s nodes
     grafted in place of the nodes it rewrote (see :func:`replay_program`)."""
-    sig = ep.graph_signature
-    targets = {s.arg.name: s.target for s in sig.input_specs if s.kind != InputKind.USER_INPUT}
+    descs = _input_descs(ep)
     by_name = {n.name: n for n in mod.graph.nodes}
     conv2d = torch.ops.aten.conv2d.default
     graph = fx.Graph()
@@ -494,29 +639,75 @@ def _replay_graph(
             continue
         if old.op == "placeholder":
             new = graph.placeholder(old.name)
-            if old.name in targets:  # _populate_param_buffer_metadata_to_new_gm
-                new.meta = dict(placeholder_meta[targets[old.name]])
-            else:
-                new.meta = {k: v for k, v in old.meta.items() if k in USER_INPUT_META}
+            new.meta = _placeholder_meta(old, placeholder_meta, descs[old.name])
         elif old.op == "call_function":
             target, old_args = old.target, old.args
             decomposed = table is not None and target is conv2d and target in table
             if decomposed:
                 target, old_args = _as_convolution(old)
+            elif _is_mutable(target):  # functionalized: its out-of-place variant
+                target = _functional_variant(target)
+                decomposed = True
+            old_kwargs = old.kwargs
+            if _inserted_after_trace(old):
+                old_args, old_kwargs = _as_dispatched(target, old_args, old_kwargs)
             # fx's namespace renumbers the names in graph order, as in the traced graph
             name = _op_name(target)
             args = fx.map_arg(old_args, env.__getitem__)
-            kwargs = fx.map_arg(old.kwargs, env.__getitem__)
+            kwargs = fx.map_arg(old_kwargs, env.__getitem__)
             target = _dispatched(target)
             if decomposed or old.name in swapped:
-                _run_as_traced(old, by_name[old.name], target, old_args, old.kwargs)
+                _run_as_traced(old, by_name[old.name], target, old_args, old_kwargs)
             new = graph.create_node("call_function", target, args, kwargs, name)
-            new.meta = _replayed_meta(old, by_name[old.name], target, seq_nr, args, kwargs)
+            source, op = by_name[old.name], target
+            if target is operator.getitem:  # made while its producer's output was tracked
+                source, op = by_name[old.args[0].name], env[old.args[0]].target
+            new.meta = _replayed_meta(old, source, target, seq_nr, args, kwargs, op)
         else:
             new = graph.output(fx.map_arg(old.args[0], env.__getitem__))
             new.meta = {"from_node": by_name[old.name].meta["from_node"]}
         env[old] = new
     return graph
+
+
+def _input_descs(ep: ExportedProgram) -> dict[str, tuple[str | None, Any]]:
+    """Per placeholder name: its parameter/buffer target (None for a user input) and the
+    ``desc`` the trace gives it (aot_autograd's input descriptors: parameters and buffers by
+    target, user inputs by position)."""
+    from torch._functorch._aot_autograd.descriptors import (
+        BufferAOTInput,
+        ParamAOTInput,
+        PlainAOTInput,
+    )
+
+    descs: dict[str, tuple[str | None, Any]] = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            descs[spec.arg.name] = (None, PlainAOTInput(sum(t is None for t, _ in descs.values())))
+        elif spec.kind == InputKind.PARAMETER:
+            descs[spec.arg.name] = (spec.target, ParamAOTInput(spec.target))
+        else:
+            descs[spec.arg.name] = (spec.target, BufferAOTInput(spec.target))
+    return descs
+
+
+def _placeholder_meta(
+    old: fx.Node, placeholder_meta: dict[str, dict[str, Any]], desc: tuple[str | None, Any]
+) -> dict[str, Any]:
+    """The meta the trace gives placeholder ``old``: value, tensor meta and ``desc``; a
+    parameter's or buffer's then updated from its unlifted node's
+    (``_populate_param_buffer_metadata_to_new_gm``)."""
+    target, descriptor = desc
+    if target is None:
+        meta = {k: v for k, v in old.meta.items() if k in USER_INPUT_META}
+        meta.setdefault("desc", descriptor)
+        return meta
+    collected = placeholder_meta[target]
+    if "val" not in collected or "tensor_meta" not in collected:
+        raise subtrace.Declined(f"{old.name}: its unlifted node has no value")
+    meta = {"val": None, "tensor_meta": None, "desc": descriptor}
+    meta.update(collected)
+    return meta
 
 
 def _graft(
@@ -621,10 +812,11 @@ def _decompose_sharing(
     from arm_accel.control import counters, switch
 
     t0 = time.perf_counter()
-    if index == 0:
-        reason: str | None = "functionalization of the exported program (not a re-trace output)"
-    elif table is None or triton:
+    reason: str | None
+    if table is None or triton:
         reason = "default table or decompose_custom_triton_ops"
+    elif index == 0:  # the functionalization of the user's program
+        reason = export_outputs.edited_reason(ep) or decline_reason(ep, table)
     else:
         reason = _edited_only_by_target_swaps(ep, stage) or decline_reason(ep, table)
     failure: Exception | None = None

@@ -521,9 +521,17 @@ GROUPS: tuple[Group, ...] = (
     Group(
         name="edge.decompositions",
         layer="edge",
-        why="the edge stage's decomposition calls 1 and 2 replayed",
+        why="the edge stage's decomposition calls replayed",
         torch=TORCH_VERSIONS,
         rows=(
+            Patch(
+                "edge.decompositions.export_outputs",
+                "torch.export._trace",
+                "_export",
+                f"{_PKG}.edge.export_outputs:recording",
+                "the programs torch.export returns are remembered: call 0 replays only those",
+                wraps=True,
+            ),
             Patch(
                 "edge.decompositions.stage",
                 "executorch.exir.program._program",

@@ -202,12 +202,14 @@ def _drop_stdout(quiet: bool) -> contextlib.AbstractContextManager[Any]:
 def run_lowering(
     exported: Any, mode: str, stock: bool, label: str, target: str, quiet: bool = True
 ) -> Any:
-    """Lower a fresh deep copy of ``exported`` for ``target`` under the profiler with a
-    progress bar."""
+    """Lower ``exported`` (the program this side's script exported, as a user's script lowers
+    it) for ``target`` under the profiler with a progress bar."""
     from arm_accel.tools import profiling
 
     with _drop_stdout(quiet):
-        return profiling.lower_profiled(exported, mode, stock, lambda fn: _step(label, fn), target)
+        return profiling.lower_profiled(
+            exported, mode, stock, lambda fn: _step(label, fn), target, fresh_copy=False
+        )
 
 
 def _identity(same: bool) -> str:

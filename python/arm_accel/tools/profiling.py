@@ -554,15 +554,19 @@ def lower_profiled(
     stock_run: bool,
     step: Callable[[Callable[[], Any]], Any] | None = None,
     target: str = "tosa",
+    fresh_copy: bool = True,
 ) -> tuple[Any, Profile, float]:
     """Lower a fresh deep copy of ``exported`` (stock or accelerated) for ``target`` (see
     ``models.TARGETS``) under the profiler; returns (edge program manager, profile, wall
-    seconds). ``step`` wraps the lowering call (the CLI's progress bar)."""
+    seconds). ``step`` wraps the lowering call (the CLI's progress bar). ``fresh_copy=False``
+    lowers ``exported`` itself, as a user's script lowers what ``torch.export`` returned (the
+    edge stage's first call is replayed only on such a program)."""
     import copy
 
     from arm_accel.tools import models
 
-    program = copy.deepcopy(exported)  # lowering mutates its input: each run gets its own
+    # lowering mutates its input: each run of one program gets its own copy
+    program = copy.deepcopy(exported) if fresh_copy else exported
     gc.collect()  # the previous run's garbage must not be collected on this run's clock
     switch = stock() if stock_run else contextlib.nullcontext()
     with switch, profiled() as prof:
