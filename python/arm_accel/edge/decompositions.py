@@ -365,17 +365,15 @@ def _getitems_decline(node: fx.Node) -> str | None:
     """Why the tracer would make other ``getitem`` nodes for ``node``'s list value than the
     graph holds, or None: it makes one per element, in order, right after ``node`` (the
     graph's must be those, none dropped)."""
-    value = node.meta.get("val")
-    following: list[fx.Node] = []
-    nxt = node.next
-    for _ in range(len(value)):
-        following.append(nxt)
-        nxt = nxt.next
-    for index, item in enumerate(following):
+    reason = f"{node.name}: its getitems are not one per element right after it"
+    count = len(node.meta["val"])
+    if len(node.users) != count:
+        return reason
+    item = node
+    for index in range(count):
+        item = item.next
         if item.target is not operator.getitem or item.args != (node, index):
-            return f"{node.name}: its getitems are not one per element right after it"
-    if len(node.users) != len(value):
-        return f"{node.name}: its getitems are not one per element right after it"
+            return reason
     return None
 
 
