@@ -178,6 +178,20 @@ BUCKETIZE_BINCOUNT = Pin(
     "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
     torch=TORCH_VERSIONS,
 )
+# convert_pt2e's constant fold: what happens to a dequantize node's value
+_FOLDER = "torchao.quantization.pt2e.constant_fold:ConstantFolder"
+_DECOMPOSED = "torch.ao.quantization.fx._decomposed"
+CONSTANT_FOLDER = (
+    Pin(f"{_FOLDER}.run_node", _same("ec1be9e539d2e207", *TA)),
+    Pin(f"{_FOLDER}.is_impure", _same("e3dea6d69765a89c", *TA)),
+    Pin(f"{_FOLDER}._deduce_value", _same("0d56b42a7ce57088", *TA)),
+    Pin("torch.fx.interpreter:Interpreter.run_node", _same("c364ef1c145a2a3d", *ALL_TORCH)),
+    Pin("torch.fx.interpreter:Interpreter.call_function", _same("fb396d3a46b3242c", *ALL_TORCH)),
+    Pin(f"{_DECOMPOSED}:dequantize_per_channel", _same("e25a90eea07056da", *ALL_TORCH)),
+    Pin(f"{_DECOMPOSED}:dequantize_per_tensor", _same("d563a7b818023eb9", *ALL_TORCH)),
+    Pin(f"{_DECOMPOSED}:_permute_to_axis_zero", _same("c7cae75b8911c807", *ALL_TORCH)),
+    Pin(f"{_DECOMPOSED}:_quant_min_max_bounds_check", _same("c5455a8dbc26d28c", *ALL_TORCH)),
+)
 
 EDGE_DTYPE_CHECK_SOURCES = (
     Pin(
@@ -591,6 +605,23 @@ GROUPS: tuple[Group, ...] = (
                 "bucketize and bincount native; the linspace calls torch's",
                 wraps=True,
                 models=(UPSCALE_HISTOGRAM, BUCKETIZE_BINCOUNT),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.fold",
+        layer="quantize",
+        why="convert_pt2e's constant fold: the dequantized weights it discards not computed",
+        rows=(
+            Patch(
+                "quantize.fold_dequantize",
+                _FOLDER,
+                "_deduce_value",
+                f"{_PKG}.quantize.fold:dispatching",
+                "a dequantize node's value, which is_impure discards, checked on meta inputs "
+                "and not computed",
+                wraps=True,
+                models=CONSTANT_FOLDER,
             ),
         ),
     ),
