@@ -71,14 +71,33 @@ pub fn quantize_per_tensor<T: Code>(
     }
     let inv = inv_scale as f32;
     let (zp, qmin, qmax) = (zero_point as f32, qmin as f32, qmax as f32);
+    let mut nan = false;
     for (o, &v) in out.iter_mut().zip(x) {
-        let q = (v * inv).round_ties_even() + zp;
-        if q.is_nan() {
-            return Err(NotModelled("a NaN value"));
-        }
+        let q = round_half_even(v * inv) + zp;
+        nan |= q.is_nan();
         *o = T::from_integral(q.max(qmin).min(qmax));
     }
+    if nan {
+        return Err(NotModelled("a NaN value"));
+    }
     Ok(())
+}
+
+/// `v` rounded to the nearest integer, ties to even (`f32::round_ties_even`, which without
+/// SSE4.1 is a library call): below 2^23 in magnitude, adding and subtracting 2^23 with
+/// `v`'s sign rounds once, to nearest even, in the default rounding mode (the sum's spacing is
+/// 1 and 2^23 is even); from 2^23 on, infinities and NaN, `v` is already integral or stays.
+/// A zero's sign may differ from `round_ties_even`'s; the caller adds the zero point and
+/// casts, where it does not show.
+#[inline]
+fn round_half_even(v: f32) -> f32 {
+    const TWO_23: f32 = 8_388_608.0;
+    if v.abs() < TWO_23 {
+        let shift = TWO_23.copysign(v);
+        (v + shift) - shift
+    } else {
+        v
+    }
 }
 
 /// `out[i] = table[codes[i] - T::MIN]`: a dequantization whose value depends on the code only.
@@ -133,6 +152,30 @@ mod tests {
         assert!(quantize_per_tensor(&[1.0, 2.0], 1.0, 0, -129, 127, &mut out).is_err());
         let mut out16 = [0i16; 2];
         assert!(quantize_per_tensor(&[1.0, 2.0], 1.0, 1 << 24, -10, 10, &mut out16).is_err());
+    }
+
+    #[test]
+    fn rounds_as_round_ties_even() {
+        // every 101st bit pattern, both signs: the integer (zero's sign aside) and NaN alike
+        for bits in (0..=u32::MAX).step_by(101) {
+            let v = f32::from_bits(bits);
+            let (ours, std) = (round_half_even(v), v.round_ties_even());
+            assert!(
+                ours == std || (ours.is_nan() && std.is_nan()),
+                "{v:e}: {ours} vs {std}"
+            );
+        }
+        for v in [
+            0.5f32,
+            1.5,
+            2.5,
+            -2.5,
+            8_388_607.5,
+            -8_388_607.5,
+            4_194_304.5,
+        ] {
+            assert_eq!(round_half_even(v), v.round_ties_even(), "{v}");
+        }
     }
 
     #[test]
