@@ -1,5 +1,5 @@
-"""``convert_pt2e``'s constant fold with the discarded dequantize values not computed, against
-torchao's own fold on the same graph (acceleration off)."""
+"""``convert_pt2e``'s constant fold (weights quantized natively, the discarded dequantize
+values not computed) against torchao's own fold on the same graph (acceleration off)."""
 
 from __future__ import annotations
 
@@ -18,39 +18,55 @@ QD = torch.ops.quantized_decomposed
 
 
 class _Weights(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, shape: tuple[int, ...], axis: int, seed: int) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.w = torch.nn.Parameter(torch.randn(6, 4, generator=g))
-        self.v = torch.randn(6, 4, generator=g)
-        self.register_buffer("scales", torch.rand(6, generator=g) / 50 + 1e-3)
-        self.register_buffer("zps", torch.zeros(6, dtype=torch.int64))
+        g = torch.Generator().manual_seed(seed)
+        channels = shape[axis]
+        scales = torch.rand(channels, generator=g) / 50 + 1e-3
+        w = torch.randn(shape, generator=g) * 0.05
+        # exact ties of channel 0's scale, signed zeros, infinities, huge and subnormal values
+        ties = (torch.arange(-8, 8) + 0.5) * scales[0]
+        flat = w.view(-1)
+        flat[: len(ties)] = ties
+        flat[16:22] = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 3e38, 1e-40])
+        self.w = torch.nn.Parameter(w)
+        self.v = torch.randn(shape, generator=g) * 0.3
+        self.register_buffer("scales", scales)
+        self.register_buffer("zps", torch.randint(-5, 5, (channels,), generator=g))
 
 
-def _graph(dequant_dtype: torch.dtype = torch.int8) -> fx.GraphModule:
-    """x @ dq(q(w)).T + dq(q(v)) with w quantized per channel, v per tensor (the pattern
-    convert_pt2e leaves before folding)."""
-    root = _Weights()
+def _graph(
+    dequant_dtype: torch.dtype = torch.int8,
+    shape: tuple[int, ...] = (6, 4),
+    axis: int = 0,
+    seed: int = 0,
+) -> fx.GraphModule:
+    """x @ dq(q(w)).T + dq(q(v)) with w quantized per channel on ``axis``, v per tensor (the
+    pattern convert_pt2e leaves before folding; ``x`` is never run)."""
+    root = _Weights(shape, axis, seed)
     g = fx.Graph()
     x = g.placeholder("x")
     w, s, z, v = (g.get_attr(n) for n in ("w", "scales", "zps", "v"))
-    qw = g.call_function(QD.quantize_per_channel.default, (w, s, z, 0, -127, 127, torch.int8))
-    dw = g.call_function(QD.dequantize_per_channel.default, (qw, s, z, 0, -127, 127, dequant_dtype))
-    qv = g.call_function(QD.quantize_per_tensor.default, (v, 0.02, 0, -128, 127, torch.int8))
-    dv = g.call_function(QD.dequantize_per_tensor.default, (qv, 0.02, 0, -128, 127, torch.int8))
+    qw = g.call_function(QD.quantize_per_channel.default, (w, s, z, axis, -127, 127, torch.int8))
+    dw = g.call_function(
+        QD.dequantize_per_channel.default, (qw, s, z, axis, -127, 127, dequant_dtype)
+    )
+    qv = g.call_function(QD.quantize_per_tensor.default, (v, 0.02, 3, -128, 127, torch.int8))
+    dv = g.call_function(QD.dequantize_per_tensor.default, (qv, 0.02, 3, -128, 127, torch.int8))
     y = g.call_function(torch.ops.aten.linear.default, (x, dw))
     g.output(g.call_function(torch.ops.aten.add.Tensor, (y, dv)))
     return fx.GraphModule(root, g)
 
 
-def _state(gm: fx.GraphModule) -> list[tuple[str, torch.dtype, bytes]]:
+def _state(gm: fx.GraphModule) -> list[tuple[str, torch.dtype, tuple[int, ...], bytes]]:
     return [
-        (k, v.dtype, v.detach().contiguous().numpy().tobytes()) for k, v in gm.state_dict().items()
+        (k, v.dtype, v.stride(), v.detach().contiguous().numpy().tobytes())
+        for k, v in gm.state_dict().items()
     ]
 
 
-def _accelerated() -> int:
-    stat = counters.snapshot().get(fold.STATS_NAME)
+def _accelerated(name: str = fold.STATS_NAME) -> int:
+    stat = counters.snapshot().get(name)
     return stat.accelerated if stat else 0
 
 
@@ -66,7 +82,26 @@ def test_fold_equals_stock_without_computing_dequantize() -> None:
     assert ours.code == stock.code
     assert [n.name for n in ours.graph.nodes] == [n.name for n in stock.graph.nodes]
     assert _state(ours) == _state(stock)
-    assert any(k.startswith("_frozen_param") for k, _, _ in _state(ours))
+    assert any(k.startswith("_frozen_param") for k, *_ in _state(ours))
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((6, 4), 0), ((3, 5, 2, 2), 1), ((2, 3, 7), 2)])
+def test_folded_quantization_bit_for_bit(shape: tuple[int, ...], axis: int) -> None:
+    """Without grad (as a script under ``torch.no_grad()`` quantizes), both weights'
+    quantizations (per channel on ``axis``, with ties, signed zeros, infinities, huge and
+    subnormal values; per tensor) are computed natively and the folded buffers equal
+    torchao's fold bit for bit, strides included; with grad, the weight that requires it is
+    left to stock's ops (they record autograd nodes) and the fold still equals."""
+    for grad in (False, True):
+        stock, ours = _graph(shape=shape, axis=axis), _graph(shape=shape, axis=axis)
+        with torch.set_grad_enabled(grad):
+            with arm_accel.disabled():
+                constant_fold(stock, _quant_node_constraint)
+            before = _accelerated(fold.QUANTIZE_STATS_NAME)
+            constant_fold(ours, _quant_node_constraint)
+        assert _accelerated(fold.QUANTIZE_STATS_NAME) - before == (1 if grad else 2)
+        assert ours.code == stock.code
+        assert _state(ours) == _state(stock)
 
 
 def test_failing_checks_raise_as_stock() -> None:

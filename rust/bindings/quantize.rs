@@ -343,6 +343,57 @@ fn quantize_per_tensor(
     })
 }
 
+fn quantize_channels_into<T: Code + Element>(
+    py: Python<'_>,
+    x: &[f32],
+    channels: (&[f32], &[f32], usize),
+    bounds: (i64, i64),
+    mut out: PyReadwriteArray1<'_, T>,
+) -> String {
+    let (inv, zero_points, inner) = channels;
+    let out = out
+        .as_slice_mut()
+        .expect("checked C-contiguous in writeable_of()");
+    outcome(py.detach(|| {
+        affine::quantize_per_channel(x, inv, zero_points, inner, bounds.0, bounds.1, out)
+    }))
+}
+
+/// `quantize_per_channel` of the float32 array `x` into `out` (int8, uint8 or int16, the same
+/// length): `inv` and `zero_points` are float32, one per channel, and each channel step spans
+/// `inner` elements. Returns `"done"` or `"not modelled: <why>"` (`out` unspecified).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn quantize_per_channel(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    inv: &Bound<'_, PyAny>,
+    zero_points: &Bound<'_, PyAny>,
+    inner: usize,
+    qmin: i64,
+    qmax: i64,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("quantize_per_channel", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let inv = checked_array::<f32>(inv, "inv", "float32")?;
+        let zero_points = checked_array::<f32>(zero_points, "zero_points", "float32")?;
+        let (x, channels) = (slice(&x), (slice(&inv), slice(&zero_points), inner));
+        let bounds = (qmin, qmax);
+        if let Some(o) = writeable_of::<i8>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else if let Some(o) = writeable_of::<u8>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else if let Some(o) = writeable_of::<i16>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else {
+            Err(PyValueError::new_err(
+                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
+            ))
+        }
+    })
+}
+
 fn gather_into<T: Code + Element>(
     py: Python<'_>,
     codes: PyReadonlyArray1<'_, T>,
@@ -387,6 +438,7 @@ fn dequantize_gather(
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(quantize_per_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize_per_channel, m)?)?;
     m.add_function(wrap_pyfunction!(dequantize_gather, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_next_candidate, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_error_terms, m)?)?;

@@ -58,29 +58,80 @@ pub fn quantize_per_tensor<T: Code>(
     qmax: i64,
     out: &mut [T],
 ) -> Result<(), NotModelled> {
-    let lo = T::MIN as i64;
-    let hi = lo + T::COUNT as i64 - 1;
-    if !(lo..=hi).contains(&qmin) || !(lo..=hi).contains(&qmax) {
-        return Err(NotModelled("qmin/qmax outside the type's range"));
-    }
+    check_bounds::<T>(qmin, qmax)?;
     if zero_point.unsigned_abs() >= 1 << 24 {
         return Err(NotModelled("a zero point of 2^24 or more"));
     }
     if x.len() != out.len() {
         return Err(NotModelled("input and output lengths differ"));
     }
-    let inv = inv_scale as f32;
-    let (zp, qmin, qmax) = (zero_point as f32, qmin as f32, qmax as f32);
+    let (inv, zp) = (inv_scale as f32, zero_point as f32);
+    let bounds = (qmin as f32, qmax as f32);
     let mut nan = false;
     for (o, &v) in out.iter_mut().zip(x) {
-        let q = round_half_even(v * inv) + zp;
-        nan |= q.is_nan();
-        *o = T::from_integral(q.max(qmin).min(qmax));
+        *o = quantize_one(v, inv, zp, bounds, &mut nan);
     }
     if nan {
         return Err(NotModelled("a NaN value"));
     }
     Ok(())
+}
+
+/// `quantize_per_channel`'s `clamp(round(x * inv) + zero_points, qmin, qmax)` into `out`, for
+/// `x` laid out contiguously with the channel axis of `inv.len()` channels followed by `inner`
+/// elements per channel step: element `i` is in channel `(i / inner) % inv.len()`. `inv` is
+/// torch's `1.0 / scales` and `zero_points` torch's float32 cast of the zero points (the
+/// operands stock's elementwise ops see); bounds and NaN as [`quantize_per_tensor`].
+pub fn quantize_per_channel<T: Code>(
+    x: &[f32],
+    inv: &[f32],
+    zero_points: &[f32],
+    inner: usize,
+    qmin: i64,
+    qmax: i64,
+    out: &mut [T],
+) -> Result<(), NotModelled> {
+    check_bounds::<T>(qmin, qmax)?;
+    let channels = inv.len();
+    if zero_points.len() != channels || channels == 0 || inner == 0 {
+        return Err(NotModelled("channel parameters do not match"));
+    }
+    if x.len() != out.len() || x.len() % (channels * inner) != 0 {
+        return Err(NotModelled(
+            "input and output lengths do not match the channels",
+        ));
+    }
+    let bounds = (qmin as f32, qmax as f32);
+    let mut nan = false;
+    let (xs, outs) = (x.chunks_exact(inner), out.chunks_exact_mut(inner));
+    for (k, (xc, oc)) in xs.zip(outs).enumerate() {
+        let c = k % channels;
+        let (inv, zp) = (inv[c], zero_points[c]);
+        for (o, &v) in oc.iter_mut().zip(xc) {
+            *o = quantize_one(v, inv, zp, bounds, &mut nan);
+        }
+    }
+    if nan {
+        return Err(NotModelled("a NaN value"));
+    }
+    Ok(())
+}
+
+fn check_bounds<T: Code>(qmin: i64, qmax: i64) -> Result<(), NotModelled> {
+    let lo = T::MIN as i64;
+    let hi = lo + T::COUNT as i64 - 1;
+    if !(lo..=hi).contains(&qmin) || !(lo..=hi).contains(&qmax) {
+        return Err(NotModelled("qmin/qmax outside the type's range"));
+    }
+    Ok(())
+}
+
+/// One element: `clamp(round(v * inv) + zp, qmin, qmax)` cast to `T`; a NaN sets `nan`.
+#[inline]
+fn quantize_one<T: Code>(v: f32, inv: f32, zp: f32, bounds: (f32, f32), nan: &mut bool) -> T {
+    let q = round_half_even(v * inv) + zp;
+    *nan |= q.is_nan();
+    T::from_integral(q.max(bounds.0).min(bounds.1))
 }
 
 /// `v` rounded to the nearest integer, ties to even (`f32::round_ties_even`, which without
@@ -176,6 +227,17 @@ mod tests {
         ] {
             assert_eq!(round_half_even(v), v.round_ties_even(), "{v}");
         }
+    }
+
+    #[test]
+    fn per_channel_parameters_by_position() {
+        // 2 channels on axis 1 of a [2, 2, 2] tensor: inner 2, channel = (i / 2) % 2
+        let x = [1.0f32; 8];
+        let mut out = [0i8; 8];
+        quantize_per_channel(&x, &[1.0, 2.0], &[0.0, 10.0], 2, -128, 127, &mut out).unwrap();
+        assert_eq!(out, [1, 1, 12, 12, 1, 1, 12, 12]);
+        assert!(quantize_per_channel(&x, &[1.0], &[0.0, 1.0], 2, -128, 127, &mut out).is_err());
+        assert!(quantize_per_channel(&x, &[1.0; 3], &[0.0; 3], 2, -128, 127, &mut out).is_err());
     }
 
     #[test]

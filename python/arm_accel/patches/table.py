@@ -187,6 +187,15 @@ DEQUANTIZE_PER_TENSOR = Pin(
 QMIN_QMAX_CHECK = Pin(
     f"{_DECOMPOSED}:_quant_min_max_bounds_check", _same("c5455a8dbc26d28c", *ALL_TORCH)
 )
+QUANTIZE_PER_TENSOR = Pin(
+    f"{_DECOMPOSED}:quantize_per_tensor", _same("051217e18a306283", *ALL_TORCH)
+)
+QUANTIZE_KERNELS = Pin(
+    "aten float32 mul and add by a Python scalar or a float32 tensor (scalars cast to "
+    "float32), round (half to even), clamp by int scalars, the cast of an integral float32 "
+    "to int8/uint8/int16",
+    torch=TORCH_VERSIONS,
+)
 CONSTANT_FOLDER = (
     Pin(f"{_FOLDER}.run_node", _same("ec1be9e539d2e207", *TA)),
     Pin(f"{_FOLDER}.is_impure", _same("e3dea6d69765a89c", *TA)),
@@ -197,6 +206,9 @@ CONSTANT_FOLDER = (
     DEQUANTIZE_PER_TENSOR,
     Pin(f"{_DECOMPOSED}:_permute_to_axis_zero", _same("c7cae75b8911c807", *ALL_TORCH)),
     QMIN_QMAX_CHECK,
+    QUANTIZE_PER_TENSOR,
+    Pin(f"{_DECOMPOSED}:quantize_per_channel", _same("3f2494698a99462f", *ALL_TORCH)),
+    QUANTIZE_KERNELS,
 )
 # The Arm passes' quantization helpers on constant tensors
 _QUANT_ARGS = "executorch.backends.arm._passes.quant_args:QuantArgs"
@@ -206,13 +218,9 @@ EDGE_OP_CALL = Pin(
 QUANTIZE_VALUE = (
     Pin(f"{_QUANT_ARGS}.quantize_value", _same("fff6f57e85f0a027", *ET)),
     EDGE_OP_CALL,
-    Pin(f"{_DECOMPOSED}:quantize_per_tensor", _same("051217e18a306283", *ALL_TORCH)),
+    QUANTIZE_PER_TENSOR,
     QMIN_QMAX_CHECK,
-    Pin(
-        "aten float32 mul and add by a Python scalar (cast to float32), round (half to even), "
-        "clamp by int scalars, the cast of an integral float32 to int8/uint8/int16",
-        torch=TORCH_VERSIONS,
-    ),
+    QUANTIZE_KERNELS,
 )
 DEQUANTIZE_VALUE = (
     Pin(f"{_QUANT_ARGS}.dequantize_value", _same("5230a5dc11e1d061", *ET)),
@@ -643,15 +651,16 @@ GROUPS: tuple[Group, ...] = (
     Group(
         name="quantize.fold",
         layer="quantize",
-        why="convert_pt2e's constant fold: the dequantized weights it discards not computed",
+        why="convert_pt2e's constant fold: weights quantized natively, the dequantized copies "
+        "it discards not computed",
         rows=(
             Patch(
-                "quantize.fold_dequantize",
+                "quantize.fold",
                 _FOLDER,
                 "_deduce_value",
                 f"{_PKG}.quantize.fold:dispatching",
                 "a dequantize node's value, which is_impure discards, checked on meta inputs "
-                "and not computed",
+                "and not computed; a folded weight quantization computed natively",
                 wraps=True,
                 models=CONSTANT_FOLDER,
             ),

@@ -1,4 +1,5 @@
-"""``convert_pt2e``'s constant fold without the dequantized weights it computes and discards.
+"""``convert_pt2e``'s constant fold: the weights' quantization in Rust, without the
+dequantized weights it computes and discards.
 
 torchao's ``ConstantFolder`` runs every node whose inputs are constants. A ``dequantize``
 node after a folded weight ``quantize`` is run on the real int8 weight (a float copy of the
@@ -19,10 +20,13 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
+from arm_accel.quantize import affine
 from arm_accel.quantize.patch import run_accelerated
 
-#: ``stats()`` entry (also the patch table's row): one call per dequantize node not computed.
+#: ``stats()`` entries: one call per dequantize node not computed (also the patch table's
+#: row) and per quantize node computed natively.
 STATS_NAME = "quantize.fold_dequantize"
+QUANTIZE_STATS_NAME = "quantize.fold_quantize"
 
 
 @functools.cache
@@ -76,23 +80,63 @@ def _unknown_if_checked(
     return True, folder.unknown_value
 
 
+def quantize_decline(target: Any, args: tuple[Any, ...], kwargs: Any) -> str | None:
+    """Why the folded ``target(*args)`` (a quantize op) is computed by stock's op (None: the
+    native kernel computes it)."""
+    if kwargs or not args:
+        return "keyword arguments"
+    reason = affine.input_reason(args[0])
+    if reason is not None:
+        return reason
+    ops = torch.ops.quantized_decomposed
+    if target is ops.quantize_per_tensor.default and len(args) == 6:
+        return affine.params_reason(*args[1:])
+    if target is ops.quantize_per_channel.default and len(args) == 7:
+        x, scales, zero_points, axis, qmin, qmax, dtype = args
+        return affine.channels_reason(x, scales, zero_points, axis) or affine.bounds_reason(
+            qmin, qmax, dtype
+        )
+    return "arguments not as the schema lists them"
+
+
+def _quantized(target: Any, args: tuple[Any, ...]) -> tuple[bool, Any]:
+    if target is torch.ops.quantized_decomposed.quantize_per_tensor.default:
+        return affine.quantize_per_tensor(*args)
+    return affine.quantize_per_channel(*args)
+
+
+def _is_quantize(target: Any) -> bool:
+    ops = torch.ops.quantized_decomposed
+    return target is ops.quantize_per_tensor.default or target is ops.quantize_per_channel.default
+
+
 def dispatching(stock: Callable[[Any, torch.fx.Node], Any]) -> Callable[[Any, torch.fx.Node], Any]:
     """The ``_deduce_value`` the patch table installs on ``ConstantFolder``: stock's for every
-    node but a discarded dequantize."""
+    node but a discarded dequantize and a folded quantize."""
 
     @functools.wraps(stock)
     def _deduce_value(self: Any, node: torch.fx.Node) -> Any:
-        if node.op != "call_function" or node.target not in _discarded():
+        if node.op != "call_function":
             return stock(self, node)
-        args, kwargs = self.fetch_args_kwargs_from_env(node)
-        return run_accelerated(
-            STATS_NAME,
-            lambda: decline_reason(self, args, kwargs),
-            lambda: _unknown_if_checked(self, node, args, kwargs),
-            lambda: stock(self, node),
-        )
+        if node.target in _discarded():
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            return run_accelerated(
+                STATS_NAME,
+                lambda: decline_reason(self, args, kwargs),
+                lambda: _unknown_if_checked(self, node, args, kwargs),
+                lambda: stock(self, node),
+            )
+        if _is_quantize(node.target) and self.lifted_constant_names is None:
+            args, kwargs = self.fetch_args_kwargs_from_env(node)
+            return run_accelerated(
+                QUANTIZE_STATS_NAME,
+                lambda: quantize_decline(node.target, args, kwargs),
+                lambda: _quantized(node.target, args),
+                lambda: stock(self, node),
+            )
+        return stock(self, node)
 
     return _deduce_value
 
 
-__all__ = ["STATS_NAME", "decline_reason", "dispatching"]
+__all__ = ["QUANTIZE_STATS_NAME", "STATS_NAME", "decline_reason", "dispatching", "quantize_decline"]
