@@ -52,8 +52,17 @@ def test_ethos_u55_stock_vs_accelerated_identical() -> None:
 def test_ethos_u55_llama_with_rewritten_nodes_identical() -> None:
     """llama1 (quantized) for ethos-u55-128, stock then accelerated from copies of one exported
     program: the edge stage's calls 1 (its transpose/type_as/unbind/... traced alone) and 2 are
-    replayed, and the Vela bytes of every delegate and the .pte bytes equal stock's."""
+    replayed, the Arm passes' constant quantizations and dequantizations ran natively, and the
+    Vela bytes of every delegate and the .pte bytes equal stock's."""
     from arm_accel.edge import decompositions
+    from arm_accel.quantize import affine
+
+    def qargs_runs() -> tuple[int, int]:
+        stats = arm_accel.stats()
+        return tuple(  # type: ignore[return-value]
+            stats.get(n, arm_accel.PassStats()).accelerated
+            for n in (affine.QUANTIZE_STATS_NAME, affine.DEQUANTIZE_STATS_NAME)
+        )
 
     target = "ethos-u55-128"
     assert profiling.ensure_active(), "acceleration must be on for this test"
@@ -63,9 +72,11 @@ def test_ethos_u55_llama_with_rewritten_nodes_identical() -> None:
     with arm_accel.disabled():
         edge_s = models.lower(copy.deepcopy(exported), mode, target)
     before = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
+    qargs_before = qargs_runs()
     edge_a = models.lower(copy.deepcopy(exported), mode, target)
     after = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
     assert after - before == 2, "calls 1 and 2 of the edge stage were not both replayed"
+    assert all(a > b for a, b in zip(qargs_runs(), qargs_before, strict=True)), "QuantArgs"
     vela_s, vela_a = models.tosa_bytes(edge_s), models.tosa_bytes(edge_a)
     assert vela_s and all(len(b) > 0 for b in vela_s)
     assert vela_s == vela_a

@@ -12,7 +12,7 @@ import arm_accel
 import pytest
 import torch
 from arm_accel.control import counters
-from arm_accel.quantize import annotation, observe
+from arm_accel.quantize import annotation, fold, observe
 from arm_accel.quantize import histogram as qh
 from arm_accel.tools import models
 from arm_accel.tools.program_compare import graph_differences, program_differences
@@ -134,7 +134,8 @@ def test_quantized_program_identical(name: str) -> None:
     every observer's qparams after calibration, the converted module (graph, names, meta, q/dq
     nodes' scales and zero points bit for bit, folded constants) and the re-exported program
     are identical, and the annotation pipeline (some of its re-traces in place), the parameter
-    search, the observers' forward and the histogram upscale ran accelerated."""
+    search, the observers' forward, the histogram upscale and the constant fold's discarded
+    dequantize values ran accelerated."""
     model, inputs, mode = models.build(name)  # one model: its modules' ids are in meta
     with arm_accel.disabled():
         stock_p, stock_q, stock, stock_ep = _quantize(model, inputs, mode)
@@ -146,6 +147,7 @@ def test_quantized_program_identical(name: str) -> None:
         observe.FORWARD_STATS_NAME,
         observe.UPSCALE_STATS_NAME,
         annotation.STATS_NAME,
+        fold.STATS_NAME,
     ):
         ran = counters.snapshot()[stat].accelerated
         assert ran > (snapshot[stat].accelerated if stat in snapshot else 0), stat

@@ -1,10 +1,11 @@
 //! Bindings of the quantization kernels ([`crate::quantize`]).
 
-use numpy::PyReadwriteArray1;
+use numpy::{Element, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use super::{checked_array, guarded, slice};
+use crate::quantize::affine::{self, Code, NotModelled};
 use crate::quantize::error::{error_terms, Terms};
 use crate::quantize::histogram::{next_candidate, Walk};
 use crate::quantize::observe::{observe_in_range, upscale, Observed};
@@ -282,7 +283,163 @@ fn histogram_upscale(
     })
 }
 
+/// A writeable 1-d C-contiguous array of `T`, or None when `value` is not one.
+fn writeable_of<'py, T: Element>(value: &Bound<'py, PyAny>) -> Option<PyReadwriteArray1<'py, T>> {
+    value
+        .extract::<PyReadwriteArray1<'py, T>>()
+        .ok()
+        .filter(|a| a.as_slice().is_ok())
+}
+
+/// A kernel's outcome as the Python side reads it.
+fn outcome(result: Result<(), NotModelled>) -> String {
+    match result {
+        Ok(()) => "done".to_string(),
+        Err(NotModelled(why)) => format!("not modelled: {why}"),
+    }
+}
+
+fn quantize_into<T: Code + Element>(
+    py: Python<'_>,
+    x: &[f32],
+    params: (f64, i64, i64, i64),
+    mut out: PyReadwriteArray1<'_, T>,
+) -> String {
+    let (inv_scale, zero_point, qmin, qmax) = params;
+    let out = out
+        .as_slice_mut()
+        .expect("checked C-contiguous in writeable_of()");
+    outcome(py.detach(|| affine::quantize_per_tensor(x, inv_scale, zero_point, qmin, qmax, out)))
+}
+
+/// `quantize_per_tensor` of the float32 array `x` into `out` (int8, uint8 or int16, the same
+/// length), `inv_scale` being the Python float `1.0 / scale`. Returns `"done"` or
+/// `"not modelled: <why>"` (`out` unspecified: run torch's op).
+#[pyfunction]
+fn quantize_per_tensor(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    inv_scale: f64,
+    zero_point: i64,
+    qmin: i64,
+    qmax: i64,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("quantize_per_tensor", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let x = slice(&x);
+        let params = (inv_scale, zero_point, qmin, qmax);
+        if let Some(o) = writeable_of::<i8>(out) {
+            Ok(quantize_into(py, x, params, o))
+        } else if let Some(o) = writeable_of::<u8>(out) {
+            Ok(quantize_into(py, x, params, o))
+        } else if let Some(o) = writeable_of::<i16>(out) {
+            Ok(quantize_into(py, x, params, o))
+        } else {
+            Err(PyValueError::new_err(
+                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
+            ))
+        }
+    })
+}
+
+fn quantize_channels_into<T: Code + Element>(
+    py: Python<'_>,
+    x: &[f32],
+    channels: (&[f32], &[f32], usize),
+    bounds: (i64, i64),
+    mut out: PyReadwriteArray1<'_, T>,
+) -> String {
+    let (inv, zero_points, inner) = channels;
+    let out = out
+        .as_slice_mut()
+        .expect("checked C-contiguous in writeable_of()");
+    outcome(py.detach(|| {
+        affine::quantize_per_channel(x, inv, zero_points, inner, bounds.0, bounds.1, out)
+    }))
+}
+
+/// `quantize_per_channel` of the float32 array `x` into `out` (int8, uint8 or int16, the same
+/// length): `inv` and `zero_points` are float32, one per channel, and each channel step spans
+/// `inner` elements. Returns `"done"` or `"not modelled: <why>"` (`out` unspecified).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn quantize_per_channel(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    inv: &Bound<'_, PyAny>,
+    zero_points: &Bound<'_, PyAny>,
+    inner: usize,
+    qmin: i64,
+    qmax: i64,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("quantize_per_channel", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let inv = checked_array::<f32>(inv, "inv", "float32")?;
+        let zero_points = checked_array::<f32>(zero_points, "zero_points", "float32")?;
+        let (x, channels) = (slice(&x), (slice(&inv), slice(&zero_points), inner));
+        let bounds = (qmin, qmax);
+        if let Some(o) = writeable_of::<i8>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else if let Some(o) = writeable_of::<u8>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else if let Some(o) = writeable_of::<i16>(out) {
+            Ok(quantize_channels_into(py, x, channels, bounds, o))
+        } else {
+            Err(PyValueError::new_err(
+                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
+            ))
+        }
+    })
+}
+
+fn gather_into<T: Code + Element>(
+    py: Python<'_>,
+    codes: PyReadonlyArray1<'_, T>,
+    table: &[f32],
+    out: &mut [f32],
+) -> PyResult<String> {
+    let codes = codes
+        .as_slice()
+        .map_err(|_| PyValueError::new_err("codes: array must be C-contiguous"))?;
+    Ok(outcome(py.detach(|| affine::gather(codes, table, out))))
+}
+
+/// `out[i] = table[codes[i] - min]` for int8, uint8 or int16 `codes` (`table`: float32, one
+/// value per code from the type's minimum). Returns `"done"` or `"not modelled: <why>"`.
+#[pyfunction]
+fn dequantize_gather(
+    py: Python<'_>,
+    codes: &Bound<'_, PyAny>,
+    table: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("dequantize_gather", || {
+        let table = checked_array::<f32>(table, "table", "float32")?;
+        let table = slice(&table);
+        let mut out = writeable(out, "out")?;
+        let out = out
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if let Ok(c) = codes.extract::<PyReadonlyArray1<'_, i8>>() {
+            gather_into(py, c, table, out)
+        } else if let Ok(c) = codes.extract::<PyReadonlyArray1<'_, u8>>() {
+            gather_into(py, c, table, out)
+        } else if let Ok(c) = codes.extract::<PyReadonlyArray1<'_, i16>>() {
+            gather_into(py, c, table, out)
+        } else {
+            Err(PyValueError::new_err(
+                "codes: expected a 1-d numpy array of int8, uint8 or int16",
+            ))
+        }
+    })
+}
+
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(quantize_per_tensor, m)?)?;
+    m.add_function(wrap_pyfunction!(quantize_per_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(dequantize_gather, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_next_candidate, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_error_terms, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_search, m)?)?;

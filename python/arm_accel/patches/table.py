@@ -178,6 +178,60 @@ BUCKETIZE_BINCOUNT = Pin(
     "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
     torch=TORCH_VERSIONS,
 )
+# convert_pt2e's constant fold: what happens to a dequantize node's value
+_FOLDER = "torchao.quantization.pt2e.constant_fold:ConstantFolder"
+_DECOMPOSED = "torch.ao.quantization.fx._decomposed"
+DEQUANTIZE_PER_TENSOR = Pin(
+    f"{_DECOMPOSED}:dequantize_per_tensor", _same("d563a7b818023eb9", *ALL_TORCH)
+)
+QMIN_QMAX_CHECK = Pin(
+    f"{_DECOMPOSED}:_quant_min_max_bounds_check", _same("c5455a8dbc26d28c", *ALL_TORCH)
+)
+QUANTIZE_PER_TENSOR = Pin(
+    f"{_DECOMPOSED}:quantize_per_tensor", _same("051217e18a306283", *ALL_TORCH)
+)
+QUANTIZE_KERNELS = Pin(
+    "aten float32 mul and add by a Python scalar or a float32 tensor (scalars cast to "
+    "float32), round (half to even), clamp by int scalars, the cast of an integral float32 "
+    "to int8/uint8/int16",
+    torch=TORCH_VERSIONS,
+)
+CONSTANT_FOLDER = (
+    Pin(f"{_FOLDER}.run_node", _same("ec1be9e539d2e207", *TA)),
+    Pin(f"{_FOLDER}.is_impure", _same("e3dea6d69765a89c", *TA)),
+    Pin(f"{_FOLDER}._deduce_value", _same("0d56b42a7ce57088", *TA)),
+    Pin("torch.fx.interpreter:Interpreter.run_node", _same("c364ef1c145a2a3d", *ALL_TORCH)),
+    Pin("torch.fx.interpreter:Interpreter.call_function", _same("fb396d3a46b3242c", *ALL_TORCH)),
+    Pin(f"{_DECOMPOSED}:dequantize_per_channel", _same("e25a90eea07056da", *ALL_TORCH)),
+    DEQUANTIZE_PER_TENSOR,
+    Pin(f"{_DECOMPOSED}:_permute_to_axis_zero", _same("c7cae75b8911c807", *ALL_TORCH)),
+    QMIN_QMAX_CHECK,
+    QUANTIZE_PER_TENSOR,
+    Pin(f"{_DECOMPOSED}:quantize_per_channel", _same("3f2494698a99462f", *ALL_TORCH)),
+    QUANTIZE_KERNELS,
+)
+# The Arm passes' quantization helpers on constant tensors
+_QUANT_ARGS = "executorch.backends.arm._passes.quant_args:QuantArgs"
+EDGE_OP_CALL = Pin(
+    "executorch.exir.dialects.edge._ops:EdgeOpOverload.__call__", _same("e72d6e1844bdf4f7", *ET)
+)
+QUANTIZE_VALUE = (
+    Pin(f"{_QUANT_ARGS}.quantize_value", _same("fff6f57e85f0a027", *ET)),
+    EDGE_OP_CALL,
+    QUANTIZE_PER_TENSOR,
+    QMIN_QMAX_CHECK,
+    QUANTIZE_KERNELS,
+)
+DEQUANTIZE_VALUE = (
+    Pin(f"{_QUANT_ARGS}.dequantize_value", _same("5230a5dc11e1d061", *ET)),
+    EDGE_OP_CALL,
+    DEQUANTIZE_PER_TENSOR,
+    QMIN_QMAX_CHECK,
+    Pin(
+        "aten elementwise kernels: an element's value depends on that element alone",
+        torch=TORCH_VERSIONS,
+    ),
+)
 
 EDGE_DTYPE_CHECK_SOURCES = (
     Pin(
@@ -591,6 +645,50 @@ GROUPS: tuple[Group, ...] = (
                 "bucketize and bincount native; the linspace calls torch's",
                 wraps=True,
                 models=(UPSCALE_HISTOGRAM, BUCKETIZE_BINCOUNT),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.fold",
+        layer="quantize",
+        why="convert_pt2e's constant fold: weights quantized natively, the dequantized copies "
+        "it discards not computed",
+        rows=(
+            Patch(
+                "quantize.fold",
+                _FOLDER,
+                "_deduce_value",
+                f"{_PKG}.quantize.fold:dispatching",
+                "a dequantize node's value, which is_impure discards, checked on meta inputs "
+                "and not computed; a folded weight quantization computed natively",
+                wraps=True,
+                models=CONSTANT_FOLDER,
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.qargs",
+        layer="quantize",
+        why="the Arm passes' per-tensor quantize/dequantize of constant tensors in Rust",
+        independent=True,
+        rows=(
+            Patch(
+                "quantize.qargs_quantize",
+                _QUANT_ARGS,
+                "quantize_value",
+                f"{_PKG}.quantize.affine:quantizing",
+                "quantize_per_tensor's float32 steps per element natively",
+                wraps=True,
+                models=QUANTIZE_VALUE,
+            ),
+            Patch(
+                "quantize.qargs_dequantize",
+                _QUANT_ARGS,
+                "dequantize_value",
+                f"{_PKG}.quantize.affine:dequantizing",
+                "each code mapped through stock's dequantization of every code",
+                wraps=True,
+                models=DEQUANTIZE_VALUE,
             ),
         ),
     ),

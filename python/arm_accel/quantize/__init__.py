@@ -6,6 +6,10 @@ and runs stock's code with acceleration off.
   its bound walk and its candidates' error terms in Rust (``convert_pt2e``'s main cost);
 - :mod:`~arm_accel.quantize.observe`: ``HistogramObserver.forward``'s ``histc`` (a batch inside
   the observed range whole) and ``_upscale_histogram``'s bucketing in Rust (calibration);
+- :mod:`~arm_accel.quantize.fold`: ``convert_pt2e``'s constant fold without the dequantized
+  weights it computes and discards;
+- :mod:`~arm_accel.quantize.affine`: the Arm passes' per-tensor ``QuantArgs`` quantization
+  and dequantization of constant tensors in Rust;
 - :mod:`~arm_accel.quantize.annotation`: ``prepare_pt2e``'s Arm annotation pipeline inside the
   re-trace engine's pipeline scope (deferred recompiles, the codegen memo).
 

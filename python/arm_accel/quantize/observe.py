@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from arm_accel import _native
-from arm_accel.quantize.patch import native, run_accelerated
+from arm_accel.quantize.patch import modes_active, native, run_accelerated
 
 #: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
 #: re-bucketed histogram.
@@ -37,15 +36,6 @@ _EDGES_MAX = 65536
 
 def _plain_float32(t: Any) -> bool:
     return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_cpu
-
-
-def _modes_active() -> bool:
-    return (
-        bool(torch._C._len_torch_function_stack())
-        or bool(torch._C._len_torch_dispatch_stack())
-        or is_in_torch_dispatch_mode()
-        or torch.compiler.is_compiling()
-    )
 
 
 def _state(observer: Any) -> tuple[Any, Any, Any] | None:
@@ -85,7 +75,7 @@ def forward_decline_reason(observer: Any, x: Any) -> str | None:
         return "observer state is not float32 CPU tensors of the expected shapes"
     if type(bins) is not int or not 0 < bins < 32768:
         return "bins outside 1..32767"
-    if _modes_active():
+    if modes_active():
         return "a torch function or dispatch mode is active, or dynamo traces"
     return None
 
@@ -241,7 +231,7 @@ def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str |
         return "bins or upsample_rate is not a positive int"
     if histogram.numel() != bins:
         return "histogram length is not bins"  # stock's bincount raises
-    if _modes_active():
+    if modes_active():
         return "a torch function or dispatch mode is active, or dynamo traces"
     return None
 

@@ -8,7 +8,21 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
 from arm_accel.control import counters, switch
+
+
+def modes_active() -> bool:
+    """A torch function or dispatch mode is active, or dynamo is compiling: torch's ops would
+    not run their CPU kernels on the tensors as they are, so the native paths decline."""
+    return (
+        bool(torch._C._len_torch_function_stack())
+        or bool(torch._C._len_torch_dispatch_stack())
+        or is_in_torch_dispatch_mode()
+        or torch.compiler.is_compiling()
+    )
 
 
 class NativeFailed(Exception):
