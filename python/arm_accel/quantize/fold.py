@@ -23,8 +23,8 @@ import torch.utils._pytree as pytree
 from arm_accel.quantize import affine
 from arm_accel.quantize.patch import run_accelerated
 
-#: ``stats()`` entries: one call per dequantize node not computed (also the patch table's
-#: row) and per quantize node computed natively.
+#: ``stats()`` entries of the patch table's ``quantize.fold`` row: one call per dequantize
+#: node not computed, and per quantize node computed natively.
 STATS_NAME = "quantize.fold_dequantize"
 QUANTIZE_STATS_NAME = "quantize.fold_quantize"
 
