@@ -109,6 +109,8 @@ def channels_reason(x: torch.Tensor, scales: Any, zero_points: Any, axis: Any) -
             return "scales or zero points not 1-d CPU tensors"
         if t.numel() != x.shape[axis]:
             return "not one scale and zero point per channel"
+        if torch.is_grad_enabled() and t.requires_grad:
+            return "scales or zero points require grad (stock's ops record autograd nodes)"
     if scales.dtype != torch.float32:
         return "scales not float32"
     if zero_points.dtype not in _INTEGERS:
