@@ -112,3 +112,41 @@ def test_unmodelled_inputs_decline() -> None:
     with pytest.raises(AssertionError) as ours_exc:
         q.dequantize_value(codes)
     assert str(ours_exc.value) == str(stock_exc.value)
+
+
+def test_native_kernels_reject_bad_input() -> None:
+    """The native kernels raise a ValueError naming the problem on arrays of the wrong dtype,
+    length or layout, and on channel parameters that do not fit the input."""
+    import numpy as np
+    from arm_accel import _native
+
+    x = np.zeros(12, dtype=np.float32)
+    cases = [
+        (lambda: _native.quantize_per_tensor(x, 1.0, 0, -128, 127, np.zeros(11, np.int8)), "11"),
+        (lambda: _native.quantize_per_tensor(x, 1.0, 0, -128, 127, np.zeros(12, np.int32)), "int8"),
+        (
+            lambda: _native.quantize_per_tensor(x[::2], 1.0, 0, -1, 1, np.zeros(6, np.int8)),
+            "contig",
+        ),
+        (
+            lambda: _native.quantize_per_channel(
+                x, np.ones(5, np.float32), np.zeros(5, np.float32), 1, -1, 1, np.zeros(12, np.int8)
+            ),
+            "divide",
+        ),
+        (
+            lambda: _native.dequantize_gather(
+                np.zeros(4, np.int8), np.zeros(10, np.float32), np.zeros(4, np.float32)
+            ),
+            "table",
+        ),
+        (
+            lambda: _native.dequantize_gather(
+                np.zeros(4, np.int8), np.zeros(256, np.float32), np.zeros(3, np.float32)
+            ),
+            "length",
+        ),
+    ]
+    for call, word in cases:
+        with pytest.raises(ValueError, match=word):
+            call()

@@ -291,6 +291,17 @@ fn writeable_of<'py, T: Element>(value: &Bound<'py, PyAny>) -> Option<PyReadwrit
         .filter(|a| a.as_slice().is_ok())
 }
 
+/// A ValueError when `out` has a length other than `len` (an object without one is left to
+/// the array check that follows).
+fn same_length(out: &Bound<'_, PyAny>, len: usize) -> PyResult<()> {
+    match out.len() {
+        Ok(have) if have != len => Err(PyValueError::new_err(format!(
+            "out has {have} elements, x {len}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// A kernel's outcome as the Python side reads it.
 fn outcome(result: Result<(), NotModelled>) -> String {
     match result {
@@ -328,6 +339,7 @@ fn quantize_per_tensor(
     guarded("quantize_per_tensor", || {
         let x = checked_array::<f32>(x, "x", "float32")?;
         let x = slice(&x);
+        same_length(out, x.len())?;
         let params = (inv_scale, zero_point, qmin, qmax);
         if let Some(o) = writeable_of::<i8>(out) {
             Ok(quantize_into(py, x, params, o))
@@ -379,6 +391,17 @@ fn quantize_per_channel(
         let inv = checked_array::<f32>(inv, "inv", "float32")?;
         let zero_points = checked_array::<f32>(zero_points, "zero_points", "float32")?;
         let (x, channels) = (slice(&x), (slice(&inv), slice(&zero_points), inner));
+        same_length(out, x.len())?;
+        let steps = channels.0.len() * inner;
+        if channels.0.len() != channels.1.len() || steps == 0 || x.len() % steps != 0 {
+            return Err(PyValueError::new_err(format!(
+                "{} inv values, {} zero points and {inner} inner elements do not divide the \
+                 {} elements of x",
+                channels.0.len(),
+                channels.1.len(),
+                x.len()
+            )));
+        }
         let bounds = (qmin, qmax);
         if let Some(o) = writeable_of::<i8>(out) {
             Ok(quantize_channels_into(py, x, channels, bounds, o))
@@ -403,6 +426,13 @@ fn gather_into<T: Code + Element>(
     let codes = codes
         .as_slice()
         .map_err(|_| PyValueError::new_err("codes: array must be C-contiguous"))?;
+    if table.len() != T::COUNT {
+        return Err(PyValueError::new_err(format!(
+            "table has {} values, the codes' type {}",
+            table.len(),
+            T::COUNT
+        )));
+    }
     Ok(outcome(py.detach(|| affine::gather(codes, table, out))))
 }
 
@@ -422,6 +452,9 @@ fn dequantize_gather(
         let out = out
             .as_slice_mut()
             .expect("checked C-contiguous in writeable()");
+        if codes.len().ok() != Some(out.len()) {
+            return Err(PyValueError::new_err("codes and out differ in length"));
+        }
         if let Ok(c) = codes.extract::<PyReadonlyArray1<'_, i8>>() {
             gather_into(py, c, table, out)
         } else if let Ok(c) = codes.extract::<PyReadonlyArray1<'_, u8>>() {
