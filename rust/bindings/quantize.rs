@@ -291,6 +291,24 @@ fn writeable_of<'py, T: Element>(value: &Bound<'py, PyAny>) -> Option<PyReadwrit
         .filter(|a| a.as_slice().is_ok())
 }
 
+/// `Ok(run(args.., o))` with `o` the array `out` as a writeable 1-d C-contiguous int8, uint8 or
+/// int16 array (`run` generic over the code type), or a ValueError naming what `out` must be.
+macro_rules! on_codes {
+    ($out:expr, $run:ident($($arg:expr),*)) => {
+        if let Some(o) = writeable_of::<i8>($out) {
+            Ok($run($($arg,)* o))
+        } else if let Some(o) = writeable_of::<u8>($out) {
+            Ok($run($($arg,)* o))
+        } else if let Some(o) = writeable_of::<i16>($out) {
+            Ok($run($($arg,)* o))
+        } else {
+            Err(PyValueError::new_err(
+                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
+            ))
+        }
+    };
+}
+
 /// A ValueError when `out` has a length other than `len` (an object without one is left to
 /// the array check that follows).
 fn same_length(out: &Bound<'_, PyAny>, len: usize) -> PyResult<()> {
@@ -341,17 +359,7 @@ fn quantize_per_tensor(
         let x = slice(&x);
         same_length(out, x.len())?;
         let params = (inv_scale, zero_point, qmin, qmax);
-        if let Some(o) = writeable_of::<i8>(out) {
-            Ok(quantize_into(py, x, params, o))
-        } else if let Some(o) = writeable_of::<u8>(out) {
-            Ok(quantize_into(py, x, params, o))
-        } else if let Some(o) = writeable_of::<i16>(out) {
-            Ok(quantize_into(py, x, params, o))
-        } else {
-            Err(PyValueError::new_err(
-                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
-            ))
-        }
+        on_codes!(out, quantize_into(py, x, params))
     })
 }
 
@@ -403,17 +411,7 @@ fn quantize_per_channel(
             )));
         }
         let bounds = (qmin, qmax);
-        if let Some(o) = writeable_of::<i8>(out) {
-            Ok(quantize_channels_into(py, x, channels, bounds, o))
-        } else if let Some(o) = writeable_of::<u8>(out) {
-            Ok(quantize_channels_into(py, x, channels, bounds, o))
-        } else if let Some(o) = writeable_of::<i16>(out) {
-            Ok(quantize_channels_into(py, x, channels, bounds, o))
-        } else {
-            Err(PyValueError::new_err(
-                "out: expected a writeable 1-d C-contiguous numpy array of int8, uint8 or int16",
-            ))
-        }
+        on_codes!(out, quantize_channels_into(py, x, channels, bounds))
     })
 }
 

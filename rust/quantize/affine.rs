@@ -48,8 +48,9 @@ pub struct NotModelled(pub &'static str);
 
 /// `clamp(round(x * inv_scale) + zero_point, qmin, qmax)` per element of `x` into `out`, as
 /// the type `T` (`inv_scale` the Python float `1.0 / scale`, cast to float32 here as torch
-/// casts it). `qmin`/`qmax` must lie in `T`'s range and be below 2^24 in magnitude, and so
-/// must `zero_point`; a NaN anywhere on the way is not modelled (`out` is then unspecified).
+/// casts it): [`quantize_per_channel`] with one channel spanning `x`. `qmin`/`qmax` must lie in
+/// `T`'s range and `zero_point` below 2^24 in magnitude; a NaN anywhere on the way is not
+/// modelled (`out` is then unspecified).
 pub fn quantize_per_tensor<T: Code>(
     x: &[f32],
     inv_scale: f64,
@@ -58,23 +59,11 @@ pub fn quantize_per_tensor<T: Code>(
     qmax: i64,
     out: &mut [T],
 ) -> Result<(), NotModelled> {
-    check_bounds::<T>(qmin, qmax)?;
     if zero_point.unsigned_abs() >= 1 << 24 {
         return Err(NotModelled("a zero point of 2^24 or more"));
     }
-    if x.len() != out.len() {
-        return Err(NotModelled("input and output lengths differ"));
-    }
     let (inv, zp) = (inv_scale as f32, zero_point as f32);
-    let bounds = (qmin as f32, qmax as f32);
-    let mut nan = false;
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = quantize_one(v, inv, zp, bounds, &mut nan);
-    }
-    if nan {
-        return Err(NotModelled("a NaN value"));
-    }
-    Ok(())
+    quantize_per_channel(x, &[inv], &[zp], x.len().max(1), qmin, qmax, out)
 }
 
 /// `quantize_per_channel`'s `clamp(round(x * inv) + zero_points, qmin, qmax)` into `out`, for

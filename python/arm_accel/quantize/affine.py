@@ -41,6 +41,15 @@ def _plain(t: Any, dtype: torch.dtype) -> bool:
     )
 
 
+def _filled(out: torch.Tensor, kernel: Callable[..., str], *args: Any) -> tuple[bool, Any]:
+    """``kernel(*args, out)`` writing the fresh contiguous tensor ``out`` (flattened):
+    ``(True, out)`` when it reports ``"done"``, else ``(False, why)``."""
+    outcome = native(kernel, *args, out.view(-1).numpy())
+    if outcome != "done":
+        return False, outcome
+    return True, out
+
+
 def params_reason(scale: Any, zero_point: Any, qmin: Any, qmax: Any, dtype: Any) -> str | None:
     """Why a per-tensor quantization with these parameters is not modelled (None: a nonzero
     Python float scale, a Python int zero point, :func:`bounds_reason`'s bounds)."""
@@ -84,19 +93,15 @@ def quantize_per_tensor(
 ) -> tuple[bool, Any]:
     """``(True, quantize_per_tensor(x, ...))`` computed natively, or ``(False, why)``: ``x``
     and the parameters passed :func:`input_reason` and :func:`params_reason`."""
-    out = torch.empty(x.shape, dtype=dtype)
-    outcome = native(
+    return _filled(
+        torch.empty(x.shape, dtype=dtype),
         _native.quantize_per_tensor,
         x.detach().view(-1).numpy(),
         1.0 / scale,
         zero_point,
         qmin,
         qmax,
-        out.view(-1).numpy(),
     )
-    if outcome != "done":
-        return False, outcome
-    return True, out
 
 
 def channels_reason(x: torch.Tensor, scales: Any, zero_points: Any, axis: Any) -> str | None:
@@ -136,8 +141,8 @@ def quantize_per_channel(
     inner = 1
     for d in x.shape[axis + 1 :]:
         inner *= d
-    out = torch.empty(x.shape, dtype=dtype)
-    outcome = native(
+    return _filled(
+        torch.empty(x.shape, dtype=dtype),
         _native.quantize_per_channel,
         x.detach().view(-1).numpy(),
         inv.numpy(),
@@ -145,11 +150,7 @@ def quantize_per_channel(
         inner,
         qmin,
         qmax,
-        out.view(-1).numpy(),
     )
-    if outcome != "done":
-        return False, outcome
-    return True, out
 
 
 def _qargs_reason(qargs: Any) -> str | None:
@@ -186,13 +187,12 @@ def _dequantize(stock: Callable[..., Any], qargs: Any, qx: torch.Tensor) -> tupl
     table = stock(qargs, torch.arange(info.min, info.max + 1, dtype=qargs.dtype))
     if table.dtype != torch.float32 or not table.is_contiguous():
         return False, "stock's table is not a contiguous float32 tensor"
-    out = torch.empty(qx.shape, dtype=torch.float32)
-    outcome = native(
-        _native.dequantize_gather, qx.view(-1).numpy(), table.numpy(), out.view(-1).numpy()
+    return _filled(
+        torch.empty(qx.shape, dtype=torch.float32),
+        _native.dequantize_gather,
+        qx.view(-1).numpy(),
+        table.numpy(),
     )
-    if outcome != "done":
-        return False, outcome
-    return True, out
 
 
 def quantizing(stock: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

@@ -42,6 +42,17 @@ def _discarded() -> dict[Any, Callable[..., Any]]:
     }
 
 
+@functools.cache
+def _kept() -> dict[Any, Callable[..., tuple[bool, Any]]]:
+    """The quantize ops whose folded value the fold keeps, with the native computation of
+    each (:mod:`~arm_accel.quantize.affine`'s)."""
+    ops = torch.ops.quantized_decomposed
+    return {
+        ops.quantize_per_tensor.default: affine.quantize_per_tensor,
+        ops.quantize_per_channel.default: affine.quantize_per_channel,
+    }
+
+
 def _plain_cpu(value: Any) -> bool:
     return type(value) in (torch.Tensor, torch.nn.Parameter) and value.device.type == "cpu"
 
@@ -84,7 +95,7 @@ def quantize_decline(target: Any, args: tuple[Any, ...], kwargs: Any) -> str | N
     """Why the folded ``target(*args)`` (a quantize op) is computed by stock's op (None: the
     native kernel computes it)."""
     if kwargs or not args:
-        return "keyword arguments"
+        return "keyword arguments, or no arguments"
     reason = affine.input_reason(args[0])
     if reason is not None:
         return reason
@@ -97,17 +108,6 @@ def quantize_decline(target: Any, args: tuple[Any, ...], kwargs: Any) -> str | N
             qmin, qmax, dtype
         )
     return "arguments not as the schema lists them"
-
-
-def _quantized(target: Any, args: tuple[Any, ...]) -> tuple[bool, Any]:
-    if target is torch.ops.quantized_decomposed.quantize_per_tensor.default:
-        return affine.quantize_per_tensor(*args)
-    return affine.quantize_per_channel(*args)
-
-
-def _is_quantize(target: Any) -> bool:
-    ops = torch.ops.quantized_decomposed
-    return target is ops.quantize_per_tensor.default or target is ops.quantize_per_channel.default
 
 
 def dispatching(stock: Callable[[Any, torch.fx.Node], Any]) -> Callable[[Any, torch.fx.Node], Any]:
@@ -126,12 +126,12 @@ def dispatching(stock: Callable[[Any, torch.fx.Node], Any]) -> Callable[[Any, to
                 lambda: _unknown_if_checked(self, node, args, kwargs),
                 lambda: stock(self, node),
             )
-        if _is_quantize(node.target) and self.lifted_constant_names is None:
+        if node.target in _kept() and self.lifted_constant_names is None:
             args, kwargs = self.fetch_args_kwargs_from_env(node)
             return run_accelerated(
                 QUANTIZE_STATS_NAME,
                 lambda: quantize_decline(node.target, args, kwargs),
-                lambda: _quantized(node.target, args),
+                lambda: _kept()[node.target](*args),
                 lambda: stock(self, node),
             )
         return stock(self, node)
