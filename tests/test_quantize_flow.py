@@ -12,6 +12,7 @@ import arm_accel
 import pytest
 import torch
 from arm_accel.control import counters
+from arm_accel.pipeline import inplace
 from arm_accel.quantize import annotation, fold, observe
 from arm_accel.quantize import histogram as qh
 from arm_accel.tools import models
@@ -51,13 +52,25 @@ def _bits(value: Any) -> Any:
 
 def _quantize(
     model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str
-) -> tuple[fx.GraphModule, list[Any], fx.GraphModule, Any]:
+) -> tuple[fx.GraphModule, list[Any], fx.GraphModule, Any, list[Any]]:
     """The prepared module (a copy, before calibration), the observers' qparams after
-    calibration, the converted module and its re-export."""
+    calibration, the converted module, its re-export, and the autograd counter's readings
+    relative to its value on entry (every ``seq_nr`` of the prepared module and of the
+    re-export, the counter after each stage)."""
+    start = torch.autograd._get_sequence_nr()
+
+    def counter() -> int:
+        return int(torch.autograd._get_sequence_nr() - start)
+
+    def seq_nrs(graph: fx.Graph) -> list[Any]:
+        return [(n.name, n.meta["seq_nr"] - start) for n in graph.nodes if "seq_nr" in n.meta]
+
     torch.manual_seed(0)
     quantizer = models.quantizer(mode)
     graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    readings: list[Any] = [counter()]
     prepared = prepare_pt2e(graph, quantizer)
+    readings += [counter(), seq_nrs(prepared.graph)]
     prepared_copy = copy.deepcopy(prepared)
     for batch in _calibration(inputs, 4):
         prepared(*batch)
@@ -67,7 +80,9 @@ def _quantize(
         if isinstance(m, ObserverBase)
     ]
     converted = convert_pt2e(prepared)
-    return prepared_copy, qparams, converted, torch.export.export(converted, inputs, strict=True)
+    exported = torch.export.export(converted, inputs, strict=True)
+    readings += [counter(), seq_nrs(exported.graph)]
+    return prepared_copy, qparams, converted, exported, readings
 
 
 def _calibration(inputs: tuple[torch.Tensor, ...], n: int) -> list[tuple[torch.Tensor, ...]]:
@@ -133,15 +148,18 @@ def test_quantized_program_identical(name: str) -> None:
     accelerated, four calibration batches: the prepared module (graph, names, meta, code),
     every observer's qparams after calibration, the converted module (graph, names, meta, q/dq
     nodes' scales and zero points bit for bit, folded constants) and the re-exported program
-    are identical, and the annotation pipeline (some of its re-traces in place), the parameter
-    search, the observers' forward, the histogram upscale and the constant fold's discarded
-    dequantize values ran accelerated."""
+    are identical; so are the autograd counter's readings from the start of each side (every
+    ``seq_nr`` of the prepared module and the re-export, the counter after each stage), which
+    the in-place re-traces move without dispatching where they keep values requiring grad;
+    and the annotation pipeline (some of its re-traces in place), the parameter search, the
+    observers' forward, the histogram upscale and the constant fold's discarded dequantize
+    values ran accelerated (llama1: values requiring grad kept)."""
     model, inputs, mode = models.build(name)  # one model: its modules' ids are in meta
     with arm_accel.disabled():
-        stock_p, stock_q, stock, stock_ep = _quantize(model, inputs, mode)
+        stock_p, stock_q, stock, stock_ep, stock_counter = _quantize(model, inputs, mode)
     snapshot = counters.snapshot()
     before = snapshot.get(qh.STATS_NAME)
-    ours_p, ours_q, ours, ours_ep = _quantize(model, inputs, mode)
+    ours_p, ours_q, ours, ours_ep, ours_counter = _quantize(model, inputs, mode)
     after = counters.snapshot()[qh.STATS_NAME]
     for stat in (
         observe.FORWARD_STATS_NAME,
@@ -157,6 +175,14 @@ def test_quantized_program_identical(name: str) -> None:
         if k.endswith(".retrace")
     }
     assert sum(in_place.values()) > 0, in_place
+    if name == "llama1":
+        kept = counters.snapshot().get(inplace.GRAD_KEPT_STATS_NAME)
+        assert kept is not None and kept.accelerated > (
+            snapshot[inplace.GRAD_KEPT_STATS_NAME].accelerated
+            if inplace.GRAD_KEPT_STATS_NAME in snapshot
+            else 0
+        )
+    assert ours_counter == stock_counter
 
     assert _graph_differences(stock_p, ours_p) == []
     assert stock_p.code == ours_p.code

@@ -10,13 +10,17 @@ from torch import fx
 
 
 class Left:
-    """A node's target/args/kwargs/val objects when a re-trace left it (a slotted class: one
-    is made per node per re-trace)."""
+    """A node's target/args/kwargs/val objects when a re-trace left it, and how many autograd
+    nodes the dispatch that computed the value created (``grad_nodes``; None: not known), a
+    slotted class: one is made per node per re-trace."""
 
-    __slots__ = ("target", "args", "kwargs", "val")
+    __slots__ = ("target", "args", "kwargs", "val", "grad_nodes")
 
-    def __init__(self, target: Any, args: Any, kwargs: Any, val: Any) -> None:
+    def __init__(
+        self, target: Any, args: Any, kwargs: Any, val: Any, grad_nodes: int | None = None
+    ) -> None:
         self.target, self.args, self.kwargs, self.val = target, args, kwargs, val
+        self.grad_nodes = grad_nodes
 
 
 #: The attribute of an ``fx.Graph`` holding what our last re-trace of it left. On the graph
@@ -25,13 +29,15 @@ class Left:
 _LEFT_ATTR = "_arm_accel_left"
 
 
-def record(graph: fx.Graph) -> None:
-    """Remember each node's objects as a re-trace of the graph just left them."""
-    setattr(graph, _LEFT_ATTR, {n: _left_now(n) for n in graph.nodes})
+def record(graph: fx.Graph, grad_nodes: dict[fx.Node, int] | None = None) -> None:
+    """Remember each node's objects as a re-trace of the graph just left them, with the
+    autograd nodes its value's dispatch created where the re-trace knows them."""
+    known = grad_nodes or {}
+    setattr(graph, _LEFT_ATTR, {n: _left_now(n, known.get(n)) for n in graph.nodes})
 
 
-def _left_now(node: fx.Node) -> Left:
-    return Left(node.target, node._args, node._kwargs, node.meta.get("val"))
+def _left_now(node: fx.Node, grad_nodes: int | None = None) -> Left:
+    return Left(node.target, node._args, node._kwargs, node.meta.get("val"), grad_nodes)
 
 
 def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:

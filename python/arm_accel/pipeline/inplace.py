@@ -31,10 +31,11 @@ from torch.fx.proxy import _get_seq_nr
 from torch.utils import _pytree as pytree
 
 from arm_accel import patches
+from arm_accel.control import counters
 from arm_accel.fxstock import GraphJournal, freshness, names, order
 from arm_accel.fxstock import meta as fxmeta
 from arm_accel.pipeline.passthrough import has_scalar_to_coerce, passthrough
-from arm_accel.runtime import fake_memo, identity
+from arm_accel.runtime import fake_memo, grad_counter, identity
 
 
 class Unsupported(Exception):  # noqa: N818 - a decline, its message is the reason
@@ -67,6 +68,10 @@ def same_value(a: Any, b: Any) -> bool:
         return False
     return type(a) is type(b) and a == b
 
+
+#: ``stats()`` entry: values requiring grad a re-trace kept, the autograd counter moved as
+#: their dispatch would have moved it (one call per value, recorded per re-trace).
+GRAD_KEPT_STATS_NAME = "retrace_engine.grad_kept"
 
 #: Leaf types ``proxy_data`` hands back as they are (pytree leaves, never a ProxyValue).
 _PLAIN_LEAVES = fake_memo.BY_VALUE | {float, FakeTensor, torch.Tensor}
@@ -282,6 +287,19 @@ def _keepable(value: Any, grad_counted: bool) -> bool:
     return not any(_pins_dispatch(leaf, grad_counted) for leaf in _tensors_and_symbols(value))
 
 
+#: ``_value_still_holds``: the node's value is dispatched again.
+_DISPATCH = object()
+
+
+def _same_input(current: Any, recorded: Any) -> bool:
+    """An input's value equals the one recorded (``same_value``), ``requires_grad`` too."""
+    return same_value(current, recorded) and _requires_grad(current) is _requires_grad(recorded)
+
+
+def _requires_grad(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
 def _pins_dispatch(leaf: Any, grad_counted: bool) -> bool:
     """A fake constant, or, where the re-trace reads the autograd counter (``grad_counted``),
     a tensor requiring grad (its dispatch creates an autograd node, which moves the counter)."""
@@ -493,8 +511,13 @@ class InplaceRetrace:
         self.candidate_of: dict[Any, str] = {}
         self.journal = GraphJournal(graph_module)
         self.journal.save_names()
-        #: Values requiring grad are dispatched again, never kept (:func:`_keepable`).
+        #: Values requiring grad are dispatched again, never kept (:func:`_keepable`), unless
+        #: their record says how far their dispatch moved the autograd counter (:meth:`_keep_rule`).
         self.grad_counted = _reads_grad_counter(pass_, graph_module)
+        self.counting = grad_counter.counting()
+        #: Per node, the autograd nodes its value's dispatch created (for the next record).
+        self.grad_nodes: dict[fx.Node, int] = {}
+        self.grad_kept = 0  # values kept whose dispatch created autograd nodes
 
     # -- hooks the tracer and the pass call ------------------------------------------------
     def insert(self, node: fx.Node) -> None:
@@ -602,11 +625,17 @@ class InplaceRetrace:
             # operator calls the aten one it wraps: the same dispatch.
             same_op = _wraps(target, node.target)
             self.journal.set_target(node, target)
-        if same_op and kind == "call_function" and self._value_still_holds(node):
+        moves = self._value_still_holds(node) if same_op and kind == "call_function" else _DISPATCH
+        if moves is not _DISPATCH:
             res_data = self.old_val[node]
+            self._keep(node, moves)
         else:
             args_data, kwargs_data = proxy_data((args, kwargs))
+            counted = self.counting and kind == "call_function"
+            before = grad_counter.now() if counted else 0
             res_data = getattr(pass_.interpreter, kind)(target, args_data, kwargs_data)
+            if counted:
+                self.grad_nodes[node] = grad_counter.now() - before
             self.dispatched += kind == "call_function"
         return self._take(node, res_data, meta, self._rebuilt_candidate(target))
 
@@ -639,7 +668,8 @@ class InplaceRetrace:
         if not self.fast_meta or node not in self.as_is or _saves_eager_input_vals(node.target):
             return None
         val = self.old_val[node]
-        if type(val) is not FakeTensor or not _keepable(val, self.grad_counted):
+        grad_counted, moves = self._keep_rule(node)
+        if type(val) is not FakeTensor or not _keepable(val, grad_counted):
             return None
         env, left = self.env, self.left
         for inp in node._input_nodes:
@@ -647,9 +677,9 @@ class InplaceRetrace:
             entry = left.get(inp)
             if entry is None or not isinstance(proxy, ProxyValue):
                 return None
-            if not _keepable(proxy.data, self.grad_counted):
+            if not _keepable(proxy.data, grad_counted):
                 return None
-            if proxy.node is not inp or not same_value(proxy.data, entry.val):
+            if proxy.node is not inp or not _same_input(proxy.data, entry.val):
                 return None
         meta = node.meta
         stack_trace = meta.get("stack_trace")
@@ -660,6 +690,7 @@ class InplaceRetrace:
         key_order = fxmeta.retraced_key_order(keys, bool(stack_trace), backward)
         if key_order is None:
             return None
+        self._keep(node, moves)
         new_meta = dict(meta) if not key_order else {k: meta[k] for k in key_order}
         new_meta["val"] = val
         new_meta["tensor_meta"] = None
@@ -701,21 +732,43 @@ class InplaceRetrace:
         nxt = node.next
         self.anchor = nxt if nxt.op != "root" else None
 
-    def _value_still_holds(self, node: fx.Node) -> bool:
-        """The node's value is the one our last re-trace computed, from inputs whose values
-        are equal to those it was computed from."""
-        if node not in self.as_is or not _keepable(self.old_val[node], self.grad_counted):
-            return False
+    def _value_still_holds(self, node: fx.Node) -> Any:
+        """When the node's value is the one our last re-trace computed, from inputs whose
+        values are equal to those it was computed from: how keeping it moves the autograd
+        counter (:meth:`_keep_rule`); else ``_DISPATCH``."""
+        if node not in self.as_is:
+            return _DISPATCH
+        grad_counted, moves = self._keep_rule(node)
+        if not _keepable(self.old_val[node], grad_counted):
+            return _DISPATCH
         for inp in node.all_input_nodes:
             entry = self.left.get(inp)
             proxy = self.env.get(inp)
             if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
-                return False
-            if not _keepable(proxy.data, self.grad_counted):
-                return False
-            if not same_value(proxy.data, entry.val):
-                return False
-        return True
+                return _DISPATCH
+            if not _keepable(proxy.data, grad_counted):
+                return _DISPATCH
+            if not _same_input(proxy.data, entry.val):
+                return _DISPATCH
+        return moves
+
+    def _keep_rule(self, node: fx.Node) -> tuple[bool, int | None]:
+        """Whether values requiring grad pin the node's dispatch, and how many autograd nodes
+        keeping its value must create (None: not known, none created). Under grad mode, where
+        the node's record counted its dispatch (``grad_nodes``), they do not pin it: keeping
+        the value moves the counter as that dispatch did (same operator, inputs equal in
+        value and in ``requires_grad``)."""
+        entry = self.left.get(node)
+        if self.counting and entry is not None and entry.grad_nodes is not None:
+            return False, entry.grad_nodes
+        return self.grad_counted, None
+
+    def _keep(self, node: fx.Node, moves: int | None) -> None:
+        """The node keeps its value: the counter moves as its dispatch would have moved it."""
+        if moves is not None:
+            grad_counter.advance(moves)
+            self.grad_nodes[node] = moves
+            self.grad_kept += moves > 0
 
     # -- driving ---------------------------------------------------------------------------
     def run(self, inputs: tuple[Any, ...]) -> fx.GraphModule:
@@ -819,7 +872,9 @@ class InplaceRetrace:
                 node.meta["val"] = self.old_val[node]
         new_gm = fx.GraphModule(tracer.root, graph)
         new_gm.meta = self.gm.meta.copy()
-        freshness.record(graph)
+        freshness.record(graph, self.grad_nodes)
+        if self.grad_kept:
+            counters.record_calls(GRAD_KEPT_STATS_NAME, self.grad_kept, self.grad_kept, 0.0)
         # Stock's re-trace built a new graph: records made from these nodes from now on name
         # another graph than those this re-trace made.
         identity.renew(graph)

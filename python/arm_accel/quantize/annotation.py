@@ -4,8 +4,8 @@ inside the re-trace engine's pipeline scope.
 That pipeline runs its passes through a ``GraphModulePassManager``, not ``_transform``, so it
 recompiled every module (llama4: 135 recompiles, none read before the next). Inside
 :func:`arm_accel.pipeline.engine.arm_pipeline` the recompiles are deferred and memoised, and
-garbage collection runs as in a lowering; the re-traces stay stock (the unlifted graph holds
-parameters as ``get_attr`` nodes, which the in-place re-trace does not model).
+garbage collection runs as in a lowering; its re-traces run in place where the engine models
+them (design.md, "The quantization flow").
 """
 
 from __future__ import annotations
