@@ -136,6 +136,11 @@ def copy_graph(graph: fx.Graph) -> fx.Graph:
     return new
 
 
+def _accelerated(snapshot: dict[str, Any], name: str) -> int:
+    """``name``'s accelerated calls in a counters snapshot (0 where it has no entry)."""
+    return snapshot[name].accelerated if name in snapshot else 0
+
+
 def _state(gm: fx.GraphModule) -> list[Any]:
     return [(k, _bits(v)) for k, v in gm.state_dict().items()]
 
@@ -160,28 +165,24 @@ def test_quantized_program_identical(name: str) -> None:
     snapshot = counters.snapshot()
     before = snapshot.get(qh.STATS_NAME)
     ours_p, ours_q, ours, ours_ep, ours_counter = _quantize(model, inputs, mode)
-    after = counters.snapshot()[qh.STATS_NAME]
+    now = counters.snapshot()
+    after = now[qh.STATS_NAME]
     for stat in (
         observe.FORWARD_STATS_NAME,
         observe.UPSCALE_STATS_NAME,
         annotation.STATS_NAME,
         fold.STATS_NAME,
     ):
-        ran = counters.snapshot()[stat].accelerated
-        assert ran > (snapshot[stat].accelerated if stat in snapshot else 0), stat
+        assert _accelerated(now, stat) > _accelerated(snapshot, stat), stat
     in_place = {
-        k: v.accelerated - (snapshot[k].accelerated if k in snapshot else 0)
-        for k, v in counters.snapshot().items()
+        k: v.accelerated - _accelerated(snapshot, k)
+        for k, v in now.items()
         if k.endswith(".retrace")
     }
     assert sum(in_place.values()) > 0, in_place
     if name == "llama1":
-        kept = counters.snapshot().get(inplace.GRAD_KEPT_STATS_NAME)
-        assert kept is not None and kept.accelerated > (
-            snapshot[inplace.GRAD_KEPT_STATS_NAME].accelerated
-            if inplace.GRAD_KEPT_STATS_NAME in snapshot
-            else 0
-        )
+        kept = inplace.GRAD_KEPT_STATS_NAME
+        assert _accelerated(now, kept) > _accelerated(snapshot, kept)
     assert ours_counter == stock_counter
 
     assert _graph_differences(stock_p, ours_p) == []

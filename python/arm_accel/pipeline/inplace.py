@@ -671,16 +671,8 @@ class InplaceRetrace:
         grad_counted, moves = self._keep_rule(node)
         if type(val) is not FakeTensor or not _keepable(val, grad_counted):
             return None
-        env, left = self.env, self.left
-        for inp in node._input_nodes:
-            proxy = env.get(inp)
-            entry = left.get(inp)
-            if entry is None or not isinstance(proxy, ProxyValue):
-                return None
-            if not _keepable(proxy.data, grad_counted):
-                return None
-            if proxy.node is not inp or not _same_input(proxy.data, entry.val):
-                return None
+        if not self._inputs_hold(node, grad_counted, same_nodes=True):
+            return None
         meta = node.meta
         stack_trace = meta.get("stack_trace")
         if stack_trace and fx_traceback.GRADIENT_ACC_SPECIAL_STACK in stack_trace:
@@ -741,16 +733,25 @@ class InplaceRetrace:
         grad_counted, moves = self._keep_rule(node)
         if not _keepable(self.old_val[node], grad_counted):
             return _DISPATCH
-        for inp in node.all_input_nodes:
-            entry = self.left.get(inp)
-            proxy = self.env.get(inp)
-            if entry is None or proxy is None or not isinstance(proxy, ProxyValue):
-                return _DISPATCH
-            if not _keepable(proxy.data, grad_counted):
-                return _DISPATCH
-            if not _same_input(proxy.data, entry.val):
-                return _DISPATCH
+        if not self._inputs_hold(node, grad_counted, same_nodes=False):
+            return _DISPATCH
         return moves
+
+    def _inputs_hold(self, node: fx.Node, grad_counted: bool, same_nodes: bool) -> bool:
+        """Every input of the node has a record of our last re-trace and an interpreted value
+        (standing for the input's own node, where ``same_nodes``) that is keepable and equal
+        to the recorded one, ``requires_grad`` included."""
+        env, left = self.env, self.left
+        for inp in node._input_nodes:
+            proxy = env.get(inp)
+            entry = left.get(inp)
+            if entry is None or not isinstance(proxy, ProxyValue):
+                return False
+            if same_nodes and proxy.node is not inp:
+                return False
+            if not _keepable(proxy.data, grad_counted) or not _same_input(proxy.data, entry.val):
+                return False
+        return True
 
     def _keep_rule(self, node: fx.Node) -> tuple[bool, int | None]:
         """Whether values requiring grad pin the node's dispatch, and how many autograd nodes

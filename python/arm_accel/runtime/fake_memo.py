@@ -29,6 +29,7 @@ from torch._subclasses.fake_tensor import (
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from arm_accel.control import counters
+from arm_accel.runtime import grad_counter
 from arm_accel.runtime.scopes import ThreadScope
 
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
@@ -244,12 +245,6 @@ def _entry_of(out: Any, mode: FakeTensorMode, inputs: list[FakeTensor]) -> tuple
     return entry if _signature(_made(mode, entry)) == _signature(out) else None
 
 
-def _sequence_nr() -> int:
-    """The autograd counter ``seq_nr`` meta is read from (a kernel that moved it is not
-    remembered: skipping it would change later nodes' ``seq_nr``)."""
-    return int(torch.autograd._get_sequence_nr())  # type: ignore[attr-defined]
-
-
 def _serve(
     mode: FakeTensorMode,
     memo: dict[Any, Any],
@@ -275,10 +270,12 @@ def _serve(
     counters.record_call(stats_name, 0.0, entry is not None)
     if entry is not None:
         return _made(mode, entry), True
-    seq_nr = _sequence_nr()
+    # A kernel that moved autograd's counter is not remembered: serving it later would skip
+    # the move and change later nodes' ``seq_nr``.
+    seq_nr = grad_counter.now()
     out = run()
     if key not in memo:
-        modelled = _sequence_nr() == seq_nr
+        modelled = grad_counter.now() == seq_nr
         memo[key] = _entry_of(out, mode, tensors) if modelled else None
     return out, False
 
@@ -317,11 +314,11 @@ def _serve_cached(
             counters.record_call(ATEN_STATS_NAME, 0.0, True)
             return _made(mode, entry), True
     counters.record_call(ATEN_STATS_NAME, 0.0, False)
-    seq_nr = _sequence_nr()
+    seq_nr = grad_counter.now()
     keys: list[tuple[Any, Any]] = []
     with _capturing_cache_keys(mode, keys):
         out = run()
-    modelled = _sequence_nr() == seq_nr
+    modelled = grad_counter.now() == seq_nr
     memo[key] = _cached_entry(out, mode, tensors, op, keys) if modelled else _NEVER
     return out, False
 
