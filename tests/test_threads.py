@@ -113,6 +113,8 @@ def big_table() -> types.SimpleNamespace:
     ],
 )
 def test_kernels_release_the_gil(name: str, big_table: types.SimpleNamespace) -> None:
+    """How far a pure-Python thread gets while the kernel runs on a million-node table,
+    against while this thread spins in Python for as long: it must run only beside the kernel."""
     kernel = KERNELS[name]
     t0 = time.perf_counter()
     kernel(big_table)
@@ -123,7 +125,10 @@ def test_kernels_release_the_gil(name: str, big_table: types.SimpleNamespace) ->
         while time.perf_counter() < end:
             pass
 
-    held = _progress_during(hold_gil)
+    # Load on the other core only adds noise: it can let the counter run while this thread
+    # waits to be scheduled (inflating ``held``) or keep it off the CPU while the kernel runs
+    # (deflating ``released``). So each side takes its best of three.
+    held = min(_progress_during(hold_gil) for _ in range(3))
     released = max(_progress_during(lambda: kernel(big_table)) for _ in range(3))
     assert held <= 3, f"the measurement itself is broken: {held} steps while holding the GIL"
     assert released > 10, f"{name} ({seconds * 1e3:.0f} ms) let Python run {released} steps"
