@@ -403,6 +403,26 @@ def test_stale_values_are_dispatched_again(edge_graph: fx.GraphModule) -> None:
     assert tuple(out.meta["val"].shape) == (2, 16)  # downstream of the view, recomputed
 
 
+def test_values_of_another_grad_mode_are_dispatched_again() -> None:
+    """A graph whose last in-place re-trace ran under ``torch.no_grad()`` (values computed from
+    the parameters do not require grad), re-traced in place under grad mode: identical to
+    stock's re-trace, ``requires_grad`` of every value included (stock's dispatch makes them
+    require grad; kept values would not), and nothing kept."""
+    torch.manual_seed(0)
+    aten = torch.export.export(Small().eval(), (torch.randn(4, 8), torch.randn(4, 8)))
+    with torch.no_grad():
+        fresh = engine_retrace(Identity(), aten.graph_module).graph_module
+    linear = next(n for n in fresh.graph.nodes if n.name == "linear")
+    assert not linear.meta["val"].requires_grad
+    assert freshness.left_by(fresh.graph) == {}  # recorded under another grad mode
+    counters.reset()
+    expected = stock_retrace(Identity(), copy.deepcopy(fresh)).graph_module
+    result, run = inplace.retrace(Identity(), fresh)
+    assert_graphs_identical(expected, result.graph_module)
+    assert linear.meta["val"].requires_grad
+    assert run.dispatched == sum(n.op == "call_function" for n in fresh.graph.nodes)
+
+
 class Bmm(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.relu(torch.bmm(x, y))

@@ -131,8 +131,9 @@ class GraphLabels:
 
 def meta_signature(value: Any, labels: GraphLabels | None = None) -> Any:
     """A comparable form of one meta value: fake tensors by shape, dtype, strides, storage
-    offset and device; provenance (``NodeSource``) as :func:`source_signature` gives it, graphs
-    by ``labels`` (default: numbered within this value); ops by name; anything else as is."""
+    offset, device and ``requires_grad``; provenance (``NodeSource``) as
+    :func:`source_signature` gives it, graphs by ``labels`` (default: numbered within this
+    value); ops by name; anything else as is."""
     from torch.fx.traceback import NodeSource
 
     if labels is None:
@@ -145,6 +146,7 @@ def meta_signature(value: Any, labels: GraphLabels | None = None) -> Any:
             value.stride(),
             value.storage_offset(),
             str(value.device),
+            value.requires_grad,
         )
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(meta_signature(v, labels) for v in value))

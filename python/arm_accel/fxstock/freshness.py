@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import fx
 
 
@@ -29,11 +30,23 @@ class Left:
 _LEFT_ATTR = "_arm_accel_left"
 
 
+#: The attribute holding the grad and inference modes the record's values were dispatched in.
+_MODE_ATTR = "_arm_accel_left_mode"
+
+
+def _mode() -> tuple[bool, bool]:
+    """What a dispatch's result depends on besides its operator and inputs: grad mode (whether
+    it requires grad) and inference mode."""
+    return torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+
 def record(graph: fx.Graph, grad_nodes: dict[fx.Node, int] | None = None) -> None:
     """Remember each node's objects as a re-trace of the graph just left them, with the
-    autograd nodes its value's dispatch created where the re-trace knows them."""
+    autograd nodes its value's dispatch created where the re-trace knows them, and the modes
+    the values were dispatched in."""
     known = grad_nodes or {}
     setattr(graph, _LEFT_ATTR, {n: _left_now(n, known.get(n)) for n in graph.nodes})
+    setattr(graph, _MODE_ATTR, _mode())
 
 
 def _left_now(node: fx.Node, grad_nodes: int | None = None) -> Left:
@@ -46,12 +59,19 @@ def note_dispatched(graph: fx.Graph, nodes: list[fx.Node]) -> None:
     left = getattr(graph, _LEFT_ATTR, None)
     if left is None:
         return
+    if getattr(graph, _MODE_ATTR, None) != _mode():
+        setattr(graph, _LEFT_ATTR, None)  # values of two modes: keep none of them
+        return
     for n in nodes:
         left[n] = _left_now(n)
 
 
 def left_by(graph: fx.Graph) -> dict[fx.Node, Left]:
-    """The graph's record (empty if no re-trace of ours left it)."""
+    """The graph's record (empty if no re-trace of ours left it, or if its values were
+    dispatched in another grad or inference mode than now: dispatched again, they would
+    differ in ``requires_grad``, and in the autograd nodes they create)."""
+    if getattr(graph, _MODE_ATTR, None) != _mode():
+        return {}
     return getattr(graph, _LEFT_ATTR, None) or {}
 
 
