@@ -84,6 +84,22 @@ NODE_SOURCE_INIT = Pin(
 )
 #: 2.15.0's constructor shares the chain's records itself (``list(node.meta["from_node"])``)
 NODE_SOURCE_SHARES = Pin("torch.fx.traceback:NodeSource.__init__", {"2.15.0": "d21b0c932373c74c"})
+_DELEGATE = "torch._higher_order_ops.executorch_call_delegate"
+#: A delegate's fake outputs: the unlifted program's module, run and dropped (``call_delegate_cpu``,
+#: looked up by name by the fake and tracing dispatches; ``module()`` builds a new module).
+DELEGATE_CALL_SOURCES = (
+    Pin(f"{_DELEGATE}:call_delegate_cpu", _same("4e7ab5016a0073bc", *ALL_TORCH)),
+    Pin(f"{_DELEGATE}:call_delegate_fake_tensor_mode", _same("d692c8ae03197911", *ALL_TORCH)),
+    Pin(f"{_DELEGATE}:trace_call_delegate", _same("7955488b30b5f674", *ALL_TORCH)),
+    Pin(
+        "torch.export.exported_program:ExportedProgram.module",
+        _same("474eddce075ef678", *ALL_TORCH),
+    ),
+    Pin(
+        "torch.export._unlift:_unlift_exported_program_lifted_states",
+        _same("d9c544b92940534a", *ALL_TORCH),
+    ),
+)
 FAKE_DISPATCH = Pin(
     "torch._subclasses.fake_tensor:FakeTensorMode.dispatch", _same("1bb947a5c9aaef89", *ALL_TORCH)
 )
@@ -457,6 +473,24 @@ GROUPS: tuple[Group, ...] = (
                 "inside the edge stage a record holds its node's chain, shallow-copied",
                 wraps=True,
                 models=(NODE_SOURCE,),
+                stock_suffices=(NODE_SOURCE_SHARES,),
+            ),
+        ),
+    ),
+    Group(
+        name="delegate.provenance",
+        layer="runtime",
+        why="the module a delegate call unlifts for its fake outputs shares its records' ancestors",
+        rows=(
+            Patch(
+                "delegate.provenance",
+                "torch._higher_order_ops.executorch_call_delegate",
+                "call_delegate_cpu",
+                f"{_PKG}.runtime.provenance:delegate_sharing",
+                "the fake and tracing dispatches' unlifted module, run once and dropped, "
+                "shares its records' ancestors",
+                wraps=True,
+                models=(NODE_SOURCE, *DELEGATE_CALL_SOURCES),
                 stock_suffices=(NODE_SOURCE_SHARES,),
             ),
         ),
