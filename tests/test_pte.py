@@ -1,6 +1,6 @@
 """The ``.pte`` stage: ``to_executorch`` of one lowered program, stock (``arm_accel.disabled()``)
 and accelerated, in one process; and the delegate call whose unlifted module shares its records'
-ancestors (the patch table's ``delegate.provenance`` row)."""
+ancestors and generates its code once (the patch table's ``delegate.unlifted`` row)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import pytest
 import torch
 from arm_accel import patches
-from arm_accel.runtime import provenance
+from arm_accel.pipeline import delegate
 from arm_accel.testing import meta_signature
 from arm_accel.tools import models
 from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch.export import ExportedProgram
+from torch.fx import graph_module as fx_graph_module
 
 pytestmark = pytest.mark.skipif(
-    not patches.installed("delegate.provenance"),
-    reason="the delegate.provenance row is stock on this torch (its NodeSource shares records)",
+    not patches.installed("delegate.unlifted"), reason="the delegate.unlifted row is stock here"
 )
 
 
@@ -34,30 +34,49 @@ def lowered() -> Any:
 
 
 def _delegate_calls() -> int:
-    return arm_accel.stats().get(provenance.DELEGATE_STATS_NAME, arm_accel.PassStats()).accelerated
+    return arm_accel.stats().get(delegate.STATS_NAME, arm_accel.PassStats()).accelerated
 
 
 def test_pte_bytes_equal_stock(lowered: Any) -> None:
     """``to_executorch`` bytes of copies of one lowered program, stock then accelerated: equal,
-    and the accelerated side's delegate dispatches ran sharing (stats delta > 0; none stock)."""
+    and the accelerated side's delegate dispatches ran scoped (stats delta > 0; none stock)."""
     before = _delegate_calls()
     with arm_accel.disabled():
         stock = models.pte_bytes(copy.deepcopy(lowered))
-    assert _delegate_calls() == before, "the stock side shared records"
+    assert _delegate_calls() == before, "the stock side ran the scoped call"
     ours = models.pte_bytes(copy.deepcopy(lowered))
     assert _delegate_calls() > before
     assert stock == ours
 
 
-def test_delegate_outputs_equal_stock_and_records_shared(lowered: Any) -> None:
-    """The fake dispatch of each delegate call (``call_delegate_cpu``), stock and accelerated on
-    the same fake inputs: outputs equal (shape, dtype, strides, offset, device,
-    ``requires_grad``). The module the accelerated call unlifted holds its records' ancestors
-    themselves (stock's holds deep copies): the fast path ran."""
+def _chains_shared(unlifted: torch.nn.Module, program: ExportedProgram) -> tuple[int, int]:
+    """Of the unlifted module's records made from a node of the program with a chain: how many
+    hold that chain's records themselves, and how many copies of them."""
+    from arm_accel.runtime import identity
+
+    chains = {n.name: n.meta["from_node"] for n in program.graph.nodes if n.meta.get("from_node")}
+    graph_id = identity.graph_id(program.graph)
+    shared = copied = 0
+    for node in unlifted.graph.nodes:
+        for source in node.meta.get("from_node") or []:
+            chain = chains.get(source.name)
+            if chain is None or source.graph_id != graph_id:
+                continue
+            same = all(a is b for a, b in zip(source.from_node, chain, strict=True))
+            shared, copied = shared + same, copied + (not same)
+    return shared, copied
+
+
+def test_delegate_outputs_equal_stock(lowered: Any) -> None:
+    """The fake dispatch of each delegate call (``call_delegate_cpu``), stock then accelerated
+    on the same fake inputs: outputs equal (shape, dtype, strides, offset, device,
+    ``requires_grad``) and torch's ``<eval_with_key>`` counter moved as far. Where the scopes'
+    rows are installed the fast path shows: the module the accelerated call unlifted holds the
+    program's records themselves (stock's: copies), and fewer sources were compiled."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    delegate = importlib.import_module("torch._higher_order_ops.executorch_call_delegate")
-    graph_module = lowered.exported_program().graph_module
+    call = importlib.import_module("torch._higher_order_ops.executorch_call_delegate")
+    loader = fx_graph_module._loader
     unlifted: list[torch.nn.Module] = []
     stock_module = ExportedProgram.module
 
@@ -66,33 +85,27 @@ def test_delegate_outputs_equal_stock_and_records_shared(lowered: Any) -> None:
         unlifted.append(module)
         return module
 
+    graph_module = lowered.exported_program().graph_module
     for _, lowered_module, node in get_lowered_submodules(graph_module):
         inputs = [a.meta["val"] for a in node.args[1:]]
+        moved = []
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
             fake = [mode.from_tensor(t) for t in inputs]
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(ExportedProgram, "module", capturing)
-                with arm_accel.disabled():
-                    expected = delegate.call_delegate_cpu(lowered_module, *fake)
-                ours = delegate.call_delegate_cpu(lowered_module, *fake)
+                for enabled in (False, True):
+                    ids, compiled = loader.next_id, len(loader.eval_cache)
+                    with arm_accel.enabled() if enabled else arm_accel.disabled():
+                        out = call.call_delegate_cpu(lowered_module, *fake)
+                    moved.append((out, loader.next_id - ids, len(loader.eval_cache) - compiled))
+        (expected, stock_ids, stock_compiled), (ours, our_ids, our_compiled) = moved
         assert meta_signature(expected) == meta_signature(ours)
-        program_chains = {
-            n.name: n.meta["from_node"]
-            for n in lowered_module.original_module.graph.nodes
-            if n.meta.get("from_node")
-        }
-        stock_unlifted, our_unlifted = unlifted[-2:]
-        shared = copied = 0
-        for side, module in (("stock", stock_unlifted), ("ours", our_unlifted)):
-            for n in module.graph.nodes:
-                sources = n.meta.get("from_node") or []
-                for source in sources:
-                    chain = program_chains.get(source.name)
-                    if chain is None or not source.from_node:
-                        continue
-                    same = all(a is b for a, b in zip(source.from_node, chain, strict=True))
-                    if side == "ours":
-                        shared += same
-                    else:
-                        copied += not same
-        assert shared > 0 and copied > 0, (shared, copied)
+        assert stock_ids == our_ids > 1
+        program = lowered_module.original_module
+        stock_shared, stock_copied = _chains_shared(unlifted[-2], program)
+        our_shared, our_copied = _chains_shared(unlifted[-1], program)
+        if patches.installed("edge.provenance"):  # else stock's records share already
+            assert stock_copied > 0 and stock_shared == 0, (stock_shared, stock_copied)
+            assert our_shared > 0 and our_copied == 0, (our_shared, our_copied)
+        if patches.installed("retrace_engine"):
+            assert our_compiled < stock_compiled, (our_compiled, stock_compiled)

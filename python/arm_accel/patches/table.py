@@ -478,20 +478,20 @@ GROUPS: tuple[Group, ...] = (
         ),
     ),
     Group(
-        name="delegate.provenance",
-        layer="runtime",
-        why="the module a delegate call unlifts for its fake outputs shares its records' ancestors",
+        name="delegate.unlifted",
+        layer="pipeline",
+        why="the module a delegate call unlifts for its fake outputs, run once and dropped: "
+        "records sharing their ancestors, code generated once",
         rows=(
             Patch(
-                "delegate.provenance",
+                "delegate.unlifted",
                 "torch._higher_order_ops.executorch_call_delegate",
                 "call_delegate_cpu",
-                f"{_PKG}.runtime.provenance:delegate_sharing",
-                "the fake and tracing dispatches' unlifted module, run once and dropped, "
-                "shares its records' ancestors",
+                f"{_PKG}.pipeline.delegate:scoped",
+                "the fake and tracing dispatches' unlifted module shares its records' ancestors "
+                "and generates its code when it runs",
                 wraps=True,
-                models=(NODE_SOURCE, *DELEGATE_CALL_SOURCES),
-                stock_suffices=(NODE_SOURCE_SHARES,),
+                models=DELEGATE_CALL_SOURCES,
             ),
         ),
     ),

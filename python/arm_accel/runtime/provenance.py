@@ -5,26 +5,22 @@ records where stock's deep-copies the node's whole chain, which every re-trace o
 copies again. Equal values, other identities; exact because nothing mutates a ``NodeSource``
 after construction (design.md, "The re-trace engine"). torch 2.15.0 shares the records itself:
 the patch table's ``edge.provenance`` row stays stock there. The same scope covers the module a
-delegate call unlifts to compute its fake outputs (:func:`delegate_sharing`).
+delegate call unlifts for its fake outputs (:mod:`arm_accel.pipeline.delegate`).
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from contextlib import AbstractContextManager
 from typing import Any
 
 from torch.fx import traceback as fx_traceback
 
-from arm_accel.control import counters, switch
 from arm_accel.runtime import identity
 from arm_accel.runtime.scopes import ThreadScope
 
 #: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
 STATS_NAME = "to_edge.provenance"
-#: ``stats()`` entry: one accelerated call per delegate call whose unlifted module shared records.
-DELEGATE_STATS_NAME = "delegate.provenance"
 
 _scope = ThreadScope()
 
@@ -64,24 +60,3 @@ def sharing() -> AbstractContextManager[None]:
     """Records built in this thread inside the block share their ancestors (needs
     :func:`install`; without it the block changes nothing)."""
     return _scope.entered()
-
-
-def delegate_sharing(stock: Any) -> Any:
-    """``call_delegate_cpu`` run inside :func:`sharing` (the patch table's
-    ``delegate.provenance`` row). ``executorch_call_delegate``'s fake and tracing dispatches
-    call it for the delegate's outputs: it unlifts the lowered module's program into a new
-    module, runs it and drops it, so the records that module's graph builds are never seen,
-    and stock deep-copies every node's chain into them (each re-trace of ``to_executorch``
-    dispatches every delegate)."""
-
-    @functools.wraps(stock)
-    def call_delegate_cpu(lowered_module: Any, *args: Any) -> Any:
-        if not switch.is_enabled():
-            return stock(lowered_module, *args)
-        start = time.perf_counter()
-        with _scope.entered():
-            out = stock(lowered_module, *args)
-        counters.record_call(DELEGATE_STATS_NAME, time.perf_counter() - start, accelerated=True)
-        return out
-
-    return call_delegate_cpu
