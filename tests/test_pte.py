@@ -1,6 +1,7 @@
 """The ``.pte`` stage: ``to_executorch`` of one lowered program, stock (``arm_accel.disabled()``)
 and accelerated, in one process; and the delegate call whose unlifted module shares its records'
-ancestors and generates its code once (the patch table's ``delegate.unlifted`` row)."""
+ancestors, generates its code once and runs with the fake memo (the patch table's
+``delegate.unlifted`` row)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 import torch
 from arm_accel import patches
 from arm_accel.pipeline import delegate
+from arm_accel.runtime import fake_memo
 from arm_accel.testing import meta_signature
 from arm_accel.tools import models
 from executorch.exir.lowered_backend_module import get_lowered_submodules
@@ -31,6 +33,10 @@ def lowered() -> Any:
     model, inputs, _ = models.build("convnet")
     exported = models.export_for_arm(model, inputs, "INT")
     return models.lower(exported, "INT")
+
+
+def _memo_served() -> int:
+    return arm_accel.stats().get(fake_memo.DISPATCH_STATS_NAME, arm_accel.PassStats()).accelerated
 
 
 def _delegate_calls() -> int:
@@ -72,7 +78,8 @@ def test_delegate_outputs_equal_stock(lowered: Any) -> None:
     on the same fake inputs: outputs equal (shape, dtype, strides, offset, device,
     ``requires_grad``) and torch's ``<eval_with_key>`` counter moved as far. Where the scopes'
     rows are installed the fast path shows: the module the accelerated call unlifted holds the
-    program's records themselves (stock's: copies), and fewer sources were compiled."""
+    program's records themselves (stock's: copies), fewer sources were compiled, and the fake
+    memo served some of its calls (none on the stock side)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     call = importlib.import_module("torch._higher_order_ops.executorch_call_delegate")
@@ -93,11 +100,14 @@ def test_delegate_outputs_equal_stock(lowered: Any) -> None:
             fake = [mode.from_tensor(t) for t in inputs]
             with pytest.MonkeyPatch.context() as mp:
                 mp.setattr(ExportedProgram, "module", capturing)
+                served = []
                 for enabled in (False, True):
+                    served.append(_memo_served())
                     ids, compiled = loader.next_id, len(loader.eval_cache)
                     with arm_accel.enabled() if enabled else arm_accel.disabled():
                         out = call.call_delegate_cpu(lowered_module, *fake)
                     moved.append((out, loader.next_id - ids, len(loader.eval_cache) - compiled))
+                served.append(_memo_served())
         (expected, stock_ids, stock_compiled), (ours, our_ids, our_compiled) = moved
         assert meta_signature(expected) == meta_signature(ours)
         assert stock_ids == our_ids > 1
@@ -109,3 +119,5 @@ def test_delegate_outputs_equal_stock(lowered: Any) -> None:
             assert our_shared > 0 and our_copied == 0, (our_shared, our_copied)
         if patches.installed("retrace_engine"):
             assert our_compiled < stock_compiled, (our_compiled, stock_compiled)
+        if patches.installed("edge.fake_memo"):
+            assert served[0] == served[1] < served[2], served

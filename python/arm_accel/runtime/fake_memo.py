@@ -67,8 +67,8 @@ STATS_NAME = "retrace_engine.fake_memo"
 #: interpreter keyed, ``accelerated`` those served as stock's cache hit.
 ATEN_STATS_NAME = "retrace_engine.fake_memo.aten"
 #: The ``arm_accel.stats()`` entry of the calls served under ``FakeTensorMode.dispatch``
-#: (:func:`dispatching`: the edge stage's decompositions).
-DISPATCH_STATS_NAME = "to_edge.fake_memo"
+#: (:func:`dispatching`: the edge stage's decompositions, a delegate call's fake run).
+DISPATCH_STATS_NAME = "fake_memo.dispatch"
 #: The attribute of a ``FakeTensorMode`` holding its memo (lives and dies with the mode).
 _MEMO_ATTR = "_arm_accel_fake_memo"
 #: Argument types keyed by value (exact types: ``bool`` is not ``int``).
@@ -442,7 +442,8 @@ class Interpreter(fx.Interpreter):
 
 # ---------------------------------------------------------------------------------------------
 # The same memo under ``FakeTensorMode.dispatch``, for traces that dispatch through the modes
-# (the edge stage's ``run_decompositions``: its quantize/dequantize calls).
+# (the edge stage's ``run_decompositions``: its quantize/dequantize calls) and for a delegate's
+# fake run (``pipeline/delegate.py``).
 
 _scope = ThreadScope()
 
