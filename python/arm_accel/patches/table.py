@@ -481,15 +481,15 @@ GROUPS: tuple[Group, ...] = (
         name="delegate.unlifted",
         layer="pipeline",
         why="the module a delegate call unlifts for its fake outputs, run once and dropped: "
-        "records sharing their ancestors, code generated once",
+        "records sharing their ancestors, code generated once, the fake memo",
         rows=(
             Patch(
                 "delegate.unlifted",
                 "torch._higher_order_ops.executorch_call_delegate",
                 "call_delegate_cpu",
                 f"{_PKG}.pipeline.delegate:scoped",
-                "the fake and tracing dispatches' unlifted module shares its records' ancestors "
-                "and generates its code when it runs",
+                "the fake and tracing dispatches' unlifted module shares its records' "
+                "ancestors, generates its code when it runs and runs with the fake memo",
                 wraps=True,
                 models=DELEGATE_CALL_SOURCES,
             ),

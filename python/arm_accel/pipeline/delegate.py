@@ -8,7 +8,7 @@ ancestors (:func:`arm_accel.runtime.provenance.sharing`), its code is generated 
 runs, under the ``<eval_with_key>.N`` numbers stock's recompiles would take
 (:func:`arm_accel.pipeline.engine.deferring_recompiles`), and its quantize/dequantize calls are
 served from the fake mode's memo (:func:`arm_accel.runtime.fake_memo.dispatching`). Why exact:
-design.md, "The edge stage".
+design.md, "The re-trace engine" (the delegate paragraph after the shared provenance).
 """
 
 from __future__ import annotations
