@@ -14,7 +14,7 @@ import executorch.backends.arm._passes  # noqa: F401 - triggers the activation h
 import pytest
 import torch
 from arm_accel import patches
-from arm_accel.pipeline import delegate
+from arm_accel.pipeline import scoped_calls
 from arm_accel.runtime import fake_memo
 from arm_accel.testing import meta_signature
 from arm_accel.tools import models
@@ -40,7 +40,9 @@ def _memo_served() -> int:
 
 
 def _delegate_calls() -> int:
-    return arm_accel.stats().get(delegate.STATS_NAME, arm_accel.PassStats()).accelerated
+    return (
+        arm_accel.stats().get(scoped_calls.DELEGATE_STATS_NAME, arm_accel.PassStats()).accelerated
+    )
 
 
 def test_pte_bytes_equal_stock(lowered: Any) -> None:

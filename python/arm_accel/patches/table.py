@@ -84,6 +84,18 @@ NODE_SOURCE_INIT = Pin(
 )
 #: 2.15.0's constructor shares the chain's records itself (``list(node.meta["from_node"])``)
 NODE_SOURCE_SHARES = Pin("torch.fx.traceback:NodeSource.__init__", {"2.15.0": "d21b0c932373c74c"})
+#: ``torch.export.export``'s trace, and the program it returns (whose modules leave the call).
+EXPORT_SOURCES = (
+    Pin(
+        "torch.export._trace:_export_for_training",
+        # 2.14.0: accepts ShapesSpec / ParamsSpec dynamic shapes; returns the program as before
+        {"2.13.0": "7cb1567a9c117c76", "2.14.0": "e96e98476c669956", "2.15.0": "e96e98476c669956"},
+    ),
+    Pin(
+        "torch.export.exported_program:ExportedProgram.__init__",
+        _same("f12b896c54172571", *ALL_TORCH),
+    ),
+)
 _DELEGATE = "torch._higher_order_ops.executorch_call_delegate"
 #: A delegate's fake outputs: the unlifted program's module, run and dropped (``call_delegate_cpu``,
 #: looked up by name by the fake and tracing dispatches; ``module()`` builds a new module).
@@ -487,11 +499,29 @@ GROUPS: tuple[Group, ...] = (
                 "delegate.unlifted",
                 "torch._higher_order_ops.executorch_call_delegate",
                 "call_delegate_cpu",
-                f"{_PKG}.pipeline.delegate:scoped",
+                f"{_PKG}.pipeline.scoped_calls:delegate_call",
                 "the fake and tracing dispatches' unlifted module shares its records' "
                 "ancestors, generates its code when it runs and runs with the fake memo",
                 wraps=True,
                 models=DELEGATE_CALL_SOURCES,
+            ),
+        ),
+    ),
+    Group(
+        name="export.scoped",
+        layer="pipeline",
+        why="torch.export's traces: records sharing their ancestors, code generated once, "
+        "the fake memo",
+        rows=(
+            Patch(
+                "export.scoped",
+                "torch.export._trace",
+                "_export_for_training",
+                f"{_PKG}.pipeline.scoped_calls:export_call",
+                "the export's traces share their records' ancestors, generate each module's "
+                "code when used (the program's before it returns) and run with the fake memo",
+                wraps=True,
+                models=EXPORT_SOURCES,
             ),
         ),
     ),

@@ -442,8 +442,8 @@ class Interpreter(fx.Interpreter):
 
 # ---------------------------------------------------------------------------------------------
 # The same memo under ``FakeTensorMode.dispatch``, for traces that dispatch through the modes
-# (the edge stage's ``run_decompositions``: its quantize/dequantize calls) and for a delegate's
-# fake run (``pipeline/delegate.py``).
+# (the edge stage's ``run_decompositions``: its quantize/dequantize calls), for a delegate's
+# fake run and for ``torch.export``'s traces (``pipeline/scoped_calls.py``).
 
 _scope = ThreadScope()
 

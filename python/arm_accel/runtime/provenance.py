@@ -5,7 +5,8 @@ records where stock's deep-copies the node's whole chain, which every re-trace o
 copies again. Equal values, other identities; exact because nothing mutates a ``NodeSource``
 after construction (design.md, "The re-trace engine"). torch 2.15.0 shares the records itself:
 the patch table's ``edge.provenance`` row stays stock there. The same scope covers the module a
-delegate call unlifts for its fake outputs (:mod:`arm_accel.pipeline.delegate`).
+delegate call unlifts for its fake outputs and ``torch.export``'s traces
+(:mod:`arm_accel.pipeline.scoped_calls`).
 """
 
 from __future__ import annotations

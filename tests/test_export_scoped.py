@@ -1,0 +1,117 @@
+"""``torch.export.export`` stock (``arm_accel.disabled()``) and accelerated, in one process, on
+one module (``nn_module_stack`` names modules by address): the user's model and its quantized
+module (the re-export). The accelerated call runs inside the engine's scopes (the patch table's
+``export.scoped`` row): records sharing their ancestors, code generated once, the fake memo."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import arm_accel
+import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+import pytest
+import torch
+from arm_accel import patches
+from arm_accel.pipeline import scoped_calls
+from arm_accel.runtime import fake_memo
+from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
+from arm_accel.tools import models
+from torch.fx import graph_module as fx_graph_module
+
+pytestmark = pytest.mark.skipif(
+    not patches.installed("export.scoped"), reason="the export.scoped row is stock here"
+)
+
+
+def _accelerated(name: str) -> int:
+    return arm_accel.stats().get(name, arm_accel.PassStats()).accelerated
+
+
+def _records(module: torch.nn.Module) -> Iterator[Any]:
+    """Every provenance record of ``module``'s graph, down each chain."""
+    todo = [s for n in module.graph.nodes for s in n.meta.get("from_node") or []]
+    while todo:
+        source = todo.pop()
+        yield source
+        todo.extend(source.from_node)
+
+
+@pytest.fixture(scope="module")
+def exported_inputs() -> dict[str, tuple[torch.nn.Module, tuple[Any, ...]]]:
+    """What a user exports: convnet's module, and its quantized module (TOSA INT)."""
+    model, inputs, _ = models.build("convnet")
+    graph = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    quantizer = models.quantizer("INT", models.TOSA)
+    converted = models.quantize(quantizer, graph, [inputs], models.StageClock({}))
+    return {"model": (model, inputs), "quantized": (converted, inputs)}
+
+
+def _export(module: torch.nn.Module, inputs: tuple[Any, ...], enabled: bool) -> dict[str, Any]:
+    """One side: the program exported from ``module`` and what the call moved (the
+    ``<eval_with_key>`` counter, sources compiled, the memo's and the row's counts)."""
+    loader = fx_graph_module._loader
+    before = (
+        loader.next_id,
+        len(loader.eval_cache),
+        _accelerated(fake_memo.DISPATCH_STATS_NAME),
+        _accelerated(scoped_calls.EXPORT_STATS_NAME),
+    )
+    with arm_accel.enabled() if enabled else arm_accel.disabled():
+        program = torch.export.export(module, inputs, strict=True)
+    after = (
+        loader.next_id,
+        len(loader.eval_cache),
+        _accelerated(fake_memo.DISPATCH_STATS_NAME),
+        _accelerated(scoped_calls.EXPORT_STATS_NAME),
+    )
+    return {"program": program, "moved": tuple(b - a for a, b in zip(before, after, strict=True))}
+
+
+def _tensors_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert list(a) == list(b)
+    for key in a:
+        x, y = a[key], b[key]
+        assert type(x) is type(y), key
+        if isinstance(x, torch.Tensor):
+            assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), key
+
+
+@pytest.mark.parametrize("which", ["model", "quantized"])
+def test_export_equals_stock(
+    exported_inputs: dict[str, tuple[torch.nn.Module, tuple[Any, ...]]], which: str
+) -> None:
+    """The program exported from one module, stock then accelerated: graphs equal by
+    the equality contract (provenance's graphs compared up to renaming), the generated code,
+    the module's attribute names, the signature, state dict, constants, module call graph and
+    range constraints equal, and torch's ``<eval_with_key>`` counter moved as far. The
+    accelerated call ran scoped (the row's count moved; stock's did not) and compiled fewer
+    sources; on the quantized module the fake memo served calls and the program's records hold
+    the module's records themselves (stock's: copies), where those rows are installed."""
+    module, inputs = exported_inputs[which]
+    with tracking_graphs():
+        stock = _export(module, inputs, enabled=False)
+        ours = _export(module, inputs, enabled=True)
+    a, b = stock["program"], ours["program"]
+    assert_graphs_identical(a.graph_module, b.graph_module, (GraphLabels(), GraphLabels()))
+    assert sorted(vars(a.graph_module)) == sorted(vars(b.graph_module))  # before any read
+    assert a.graph_module.code == b.graph_module.code
+    assert str(a.graph_signature) == str(b.graph_signature)
+    _tensors_equal(a.state_dict, b.state_dict)
+    _tensors_equal(a.constants, b.constants)
+    assert repr(a.module_call_graph) == repr(b.module_call_graph)
+    assert a.range_constraints == b.range_constraints
+
+    (stock_ids, stock_compiled, stock_served, stock_calls) = stock["moved"]
+    (our_ids, our_compiled, our_served, our_calls) = ours["moved"]
+    assert stock_ids == our_ids > 0
+    assert stock_calls == 0 and our_calls == 1
+    if patches.installed("retrace_engine"):
+        assert our_compiled < stock_compiled, (our_compiled, stock_compiled)
+    if which == "quantized" and patches.installed("edge.fake_memo"):
+        assert stock_served == 0 < our_served, (stock_served, our_served)
+    if which == "quantized" and patches.installed("edge.provenance"):  # else stock shares
+        read = {id(r) for r in _records(module)}
+        held = [id(r) in read for r in _records(b.graph_module)]
+        copied = [id(r) in read for r in _records(a.graph_module)]
+        assert any(held) and not any(copied), (sum(held), sum(copied))
