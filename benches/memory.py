@@ -18,6 +18,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -122,28 +123,57 @@ class ChildFailed(RuntimeError):
         self.stderr = stderr
 
 
+#: The parent's sampling interval of the child's resident and swapped memory (seconds).
+SAMPLE_S = 1.0
+
+
+def _rss_swap(pid: int) -> int:
+    """The process's resident plus swapped-out bytes now (0 once it is gone)."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(("VmRSS:", "VmSwap:")):
+                    total += int(line.split()[1]) * 1024
+    except OSError:
+        return 0
+    return total
+
+
 def run_child(
     code: str,
     *args: str,
     env: dict[str, str] | None = None,
     timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Run ``code`` in a fresh interpreter and return the JSON object on its last stdout line;
-    :class:`ChildFailed` if it fails or outlives ``timeout`` seconds."""
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", code, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout,
-        )
-    except subprocess.TimeoutExpired as exc:
-        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
-        raise ChildFailed(args, None, err) from exc
-    if out.returncode:
-        raise ChildFailed(args, out.returncode, out.stderr)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """Run ``code`` in a fresh interpreter and return the JSON object on its last stdout line,
+    with ``rss_swap_peak_sampled``: the largest resident plus swapped-out bytes the parent saw
+    every :data:`SAMPLE_S` seconds (``VmHWM`` counts resident pages only, so under swap it
+    understates the need). :class:`ChildFailed` if it fails or outlives ``timeout`` seconds."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    deadline = None if timeout is None else time.monotonic() + timeout
+    peak = 0
+    while True:
+        peak = max(peak, _rss_swap(proc.pid))
+        try:
+            stdout, stderr = proc.communicate(timeout=SAMPLE_S)
+            break
+        except subprocess.TimeoutExpired:
+            if deadline is not None and time.monotonic() > deadline:
+                proc.kill()
+                _, stderr = proc.communicate()
+                raise ChildFailed(args, None, stderr) from None
+    if proc.returncode:
+        raise ChildFailed(args, proc.returncode, stderr)
+    result: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
+    result["rss_swap_peak_sampled"] = peak
+    return result
 
 
 def kernel_peak(path: Path, kernel: str) -> int:

@@ -18,10 +18,12 @@ stage -- imports, building the model, export (with quantization for INT), the lo
 (``to_edge_transform_and_lower``), the ``.pte`` serialization -- and records the RSS high-water
 mark of each (``/proc/self/clear_refs`` resets it between stages), a digest of the lowered
 modules' bytes (TOSA flatbuffers, or Vela's output for Ethos-U) and of the ``.pte``. The parent
-adds the process's wall time ("script": interpreter start to exit) and the load average around
-the run. Each result is appended to ``--out`` as one JSON line (a failure too: out of memory,
-time-out), so long runs accumulate and ``--skip-done`` resumes them; the table printed at the
-end pairs the two sides of each configuration.
+adds the process's wall time ("script": interpreter start to exit), its resident plus swapped-out
+memory sampled every second (the peak the table shows is the larger of the two: the high-water
+mark alone understates a run that swapped) and the load average around the run. Each result is
+appended to ``--out`` as one JSON line (a failure too: out of memory, time-out), so long runs
+accumulate and ``--skip-done`` resumes them; the table printed at the end pairs the two sides of
+each configuration.
 """
 
 from __future__ import annotations
@@ -391,6 +393,14 @@ def pairs(records: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[
     return [(d.get("stock", {}), d.get("accel", {})) for _, d in sorted(latest.items(), key=str)]
 
 
+def peak_memory(r: dict[str, Any]) -> int | None:
+    """A side's peak: the larger of its stages' ``VmHWM`` and the parent's sampled resident plus
+    swapped-out bytes (``VmHWM`` alone understates a run that swapped)."""
+    hwm, sampled = r.get("peak_rss"), r.get("rss_swap_peak_sampled")
+    values = [v for v in (hwm, sampled) if isinstance(v, int)]
+    return max(values) if values else None
+
+
 def _gb(v: Any) -> str:
     return f"{v / 2**30:.2f}" if isinstance(v, int) else "-"
 
@@ -402,7 +412,7 @@ def _ratio(a: Any, b: Any) -> str:
 def table(records: Iterable[dict[str, Any]]) -> str:
     head = (
         "| model | layers | target | lowering stock s | accel s | ratio | script stock s | "
-        "accel s | ratio | peak RSS stock GiB | accel GiB | lowered equal | .pte equal |\n"
+        "accel s | ratio | peak memory stock GiB | accel GiB | lowered equal | .pte equal |\n"
         "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
     )
     rows = []
@@ -426,14 +436,14 @@ def table(records: Iterable[dict[str, Any]]) -> str:
             f"| {r['model']} | {r['layers']} | {r['target']} | {cell['stock']} | {cell['accel']}"
             f" | {_ratio(s.get('lower_s'), a.get('lower_s'))} | {s.get('script_s', '-')} | "
             f"{a.get('script_s', '-')} | {_ratio(s.get('script_s'), a.get('script_s'))} | "
-            f"{_gb(s.get('peak_rss'))} | {_gb(a.get('peak_rss'))} | {same} | {pte} |"
+            f"{_gb(peak_memory(s))} | {_gb(peak_memory(a))} | {same} | {pte} |"
             + (f" {bad}" if bad else "")
         )
     return head + "\n".join(rows) + "\n"
 
 
 def plot(records: list[dict[str, Any]], path: str) -> None:
-    """Lowering seconds and peak RSS against depth, stock and accelerated, one column per
+    """Lowering seconds and peak memory against depth, stock and accelerated, one column per
     (model, target) measured at more than one depth."""
     import matplotlib
 
@@ -458,11 +468,11 @@ def plot(records: list[dict[str, Any]], path: str) -> None:
                               label=f"{side} lowering")  # fmt: skip
             axes[0][col].plot(xs, [pts[x]["script_s"] for x in xs], "s--", color=color,
                               alpha=0.6, label=f"{side} script")  # fmt: skip
-            axes[1][col].plot(xs, [pts[x]["peak_rss"] / 2**30 for x in xs], "o-", color=color,
-                              label=f"{side} peak RSS")  # fmt: skip
+            peaks = [(peak_memory(pts[x]) or 0) / 2**30 for x in xs]
+            axes[1][col].plot(xs, peaks, "o-", color=color, label=f"{side} peak memory")
         axes[0][col].set_title(f"{model}, {target}", fontsize=9)
         axes[0][col].set_ylabel("seconds")
-        axes[1][col].set_ylabel("peak RSS (GiB)")
+        axes[1][col].set_ylabel("peak memory (GiB)")
         axes[1][col].set_xlabel("layers")
         for ax in (axes[0][col], axes[1][col]):
             ax.legend(fontsize=7)
@@ -517,7 +527,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"{name} L{r['layers']} {target} {side_name}: {r['status']}, lowering "
                         f"{r.get('lower_s', '-')} s, script {r['script_s']} s, peak "
-                        f"{_gb(r.get('peak_rss'))} GiB, lowered {r.get('lowered_digest', '-')}",
+                        f"{_gb(peak_memory(r))} GiB, lowered {r.get('lowered_digest', '-')}",
                         flush=True,
                     )
     print(table(written), end="")
