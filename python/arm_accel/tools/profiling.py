@@ -589,11 +589,22 @@ def stats_snapshot() -> Stats | None:
 
 def is_pass_entry(name: str) -> bool:
     """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
-    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``), the verifiers (``"verifier.*"``)
-    or the quantization flow (``"quantize.*"``): their declines by design count as fallbacks."""
-    return not name.endswith(".retrace") and not name.startswith(
-        ("to_edge.", "retrace_engine.", "verifier.", "quantize.")
-    )
+    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``), the verifiers (``"verifier.*"``),
+    the quantization flow (``"quantize.*"``), the fake memo (``"fake_memo.*"``) or the scoped
+    stock calls (``"delegate.*"``, ``"export.*"``): their declines by design count as fallbacks."""
+    return not name.endswith(".retrace") and not name.startswith(NOT_PASSES)
+
+
+#: ``stats()`` name prefixes of entries that are not accelerated passes (:func:`is_pass_entry`).
+NOT_PASSES = (
+    "to_edge.",
+    "retrace_engine.",
+    "verifier.",
+    "quantize.",
+    "fake_memo.",
+    "delegate.",
+    "export.",
+)
 
 
 def stats_delta(
