@@ -21,6 +21,7 @@ from arm_accel.testing import assert_graphs_equal
 from arm_accel.tools import models
 from arm_accel.tools.program_compare import assert_programs_equal, program_differences
 from hypothesis import given
+from support.provenance import records as provenance_records
 from torch import fx
 from torch.export import ExportedProgram
 
@@ -168,14 +169,7 @@ def test_call_results_get_their_code_when_used(
 
 def _provenance_objects(ep: ExportedProgram) -> int:
     """Distinct NodeSource objects reachable from the program's ``from_node`` chains."""
-    seen: set[int] = set()
-    todo = [s for n in ep.graph.nodes for s in n.meta.get("from_node", [])]
-    while todo:
-        source = todo.pop()
-        if id(source) not in seen:
-            seen.add(id(source))
-            todo.extend(source.from_node)
-    return len(seen)
+    return len(provenance_records(ep.graph))
 
 
 def test_shared_provenance_equals_deep_copy(active: None) -> None:

@@ -5,7 +5,6 @@ module (the re-export). The accelerated call runs inside the engine's scopes (th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import arm_accel
@@ -17,6 +16,7 @@ from arm_accel.pipeline import scoped_calls
 from arm_accel.runtime import fake_memo
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from arm_accel.tools import models
+from support.provenance import records as provenance_records
 from torch.fx import graph_module as fx_graph_module
 
 pytestmark = pytest.mark.skipif(
@@ -26,15 +26,6 @@ pytestmark = pytest.mark.skipif(
 
 def _accelerated(name: str) -> int:
     return arm_accel.stats().get(name, arm_accel.PassStats()).accelerated
-
-
-def _records(module: torch.nn.Module) -> Iterator[Any]:
-    """Every provenance record of ``module``'s graph, down each chain."""
-    todo = [s for n in module.graph.nodes for s in n.meta.get("from_node") or []]
-    while todo:
-        source = todo.pop()
-        yield source
-        todo.extend(source.from_node)
 
 
 Case = tuple[torch.nn.Module, tuple[Any, ...], Any]
@@ -122,7 +113,7 @@ def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> No
     if which == "quantized" and patches.installed("edge.fake_memo"):
         assert stock_served == 0 < our_served, (stock_served, our_served)
     if which == "quantized" and patches.installed("edge.provenance"):  # else stock shares
-        read = {id(r) for r in _records(module)}
-        held = [id(r) in read for r in _records(b.graph_module)]
-        copied = [id(r) in read for r in _records(a.graph_module)]
+        read = provenance_records(module.graph)
+        held = [key in read for key in provenance_records(b.graph)]
+        copied = [key in read for key in provenance_records(a.graph)]
         assert any(held) and not any(copied), (sum(held), sum(copied))

@@ -588,14 +588,14 @@ def stats_snapshot() -> Stats | None:
 
 
 def is_pass_entry(name: str) -> bool:
-    """A ``stats()`` entry of an accelerated pass, not of the re-trace engine (``"<Pass>.retrace"``,
-    ``"retrace_engine.*"``), the to_edge stage (``"to_edge.*"``), the verifiers (``"verifier.*"``),
-    the quantization flow (``"quantize.*"``), the fake memo (``"fake_memo.*"``) or the scoped
-    stock calls (``"delegate.*"``, ``"export.*"``): their declines by design count as fallbacks."""
+    """A ``stats()`` entry of an accelerated pass, not a re-trace's (``"<Pass>.retrace"``) or one
+    under :data:`NOT_PASSES`: their declines by design count as fallbacks."""
     return not name.endswith(".retrace") and not name.startswith(NOT_PASSES)
 
 
-#: ``stats()`` name prefixes of entries that are not accelerated passes (:func:`is_pass_entry`).
+#: ``stats()`` name prefixes of entries that are not accelerated passes (:func:`is_pass_entry`):
+#: the re-trace engine, the to_edge stage, the verifiers, the quantization flow, the fake memo
+#: and the scoped stock calls.
 NOT_PASSES = (
     "to_edge.",
     "retrace_engine.",
