@@ -20,18 +20,25 @@ then to the accelerated one; the calibration seconds, the seconds inside
 ``phase`` (default): the whole phase, each stage stock then accelerated; seconds per stage,
 ratios, and whether the converted modules' q/dq nodes and the re-exported programs are equal.
 
+``reexport``: the re-export of one converted module with the ``export.dynamo_meta`` row off
+(stock's ``_create_proxy``) and on, alternating ``--repeats`` times in one process (the rest of
+arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTracer.create_proxy``
+(where the rebuilds the row skips run), and whether the programs are equal.
+
     python benches/quantize.py                       # phase, llama4, 1 calibration batch
     python benches/quantize.py search --batches 32
     python benches/quantize.py search --save /tmp/llama4-observers.pt
     python benches/quantize.py observers --load /tmp/llama4-observers.pt --repeats 7
     python benches/quantize.py calibrate --batches 1 32 128
     python benches/quantize.py phase --model dscnnkws --batches 8
+    python benches/quantize.py reexport --model llama16 --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import math
 import statistics
 import time
@@ -296,6 +303,54 @@ def cmd_phase(args: argparse.Namespace) -> None:
         print("  ", d)
 
 
+def cmd_reexport(args: argparse.Namespace) -> None:
+    from arm_accel import patches
+    from torch._dynamo.output_graph import SubgraphTracer
+
+    prepared, inputs = prepared_model(args.model)
+    prepared(*inputs)
+    converted = convert_pt2e(prepared)
+    ours = SubgraphTracer.__dict__["_create_proxy"]
+    rows = {"off": patches.original("export.dynamo_meta"), "on": ours}
+    outer = SubgraphTracer.create_proxy
+    in_proxies = [0.0]
+
+    def create_proxy(self: Any, *a: Any, **k: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return outer(self, *a, **k)
+        finally:
+            in_proxies[0] += time.perf_counter() - t0
+
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
+    programs: dict[str, Any] = {}
+    SubgraphTracer.create_proxy = create_proxy  # type: ignore[method-assign]
+    try:
+        for _ in range(args.repeats):
+            for side, method in rows.items():
+                SubgraphTracer._create_proxy = method  # type: ignore[method-assign]
+                gc.collect()
+                in_proxies[0] = 0.0
+                program, dt = timed(
+                    lambda: torch.export.export(converted, inputs, strict=True), accelerated=True
+                )
+                runs[side].append((dt, in_proxies[0]))
+                programs[side] = program
+    finally:
+        SubgraphTracer.create_proxy = outer  # type: ignore[method-assign]
+        SubgraphTracer._create_proxy = ours  # type: ignore[method-assign]
+    print(f"{args.model}: re-export of {len(converted.graph.nodes)} nodes, export.dynamo_meta")
+    for side, rs in runs.items():
+        walls = ", ".join(f"{w:.2f}" for w, _ in rs)
+        proxies = ", ".join(f"{p:.3f}" for _, p in rs)
+        print(f"  row {side:<3}  wall s: {walls}   in create_proxy s: {proxies}")
+    off = min(p for _, p in runs["off"])
+    on = min(p for _, p in runs["on"])
+    diffs = program_differences(programs["off"], programs["on"], separately_exported=True)
+    print(f"  create_proxy, fastest of each: {off:.3f} -> {on:.3f} s ({off / on:.2f}x)")
+    print(f"  programs equal: {not diffs}")
+
+
 def warm_up() -> None:
     """One quantization phase of a small model, untimed: first-call costs (dynamo, lazy
     imports, kernels) would otherwise land on whichever side runs first."""
@@ -311,14 +366,17 @@ def warm_up() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "what", nargs="?", default="phase", choices=["phase", "search", "observers", "calibrate"]
+        "what",
+        nargs="?",
+        default="phase",
+        choices=["phase", "search", "observers", "calibrate", "reexport"],
     )
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     parser.add_argument("--save", help="search: store the observers (torch.save) here")
     parser.add_argument("--load", help="observers: also time the observers stored here")
-    parser.add_argument("--repeats", type=int, default=5, help="observers: runs per side")
+    parser.add_argument("--repeats", type=int, default=5, help="observers, reexport: runs per side")
     parser.add_argument(
         "--stepwise", action="store_true", help="observers: time the stepwise search"
     )
@@ -332,6 +390,7 @@ def main() -> None:
         "search": cmd_search,
         "observers": cmd_observers,
         "calibrate": cmd_calibrate,
+        "reexport": cmd_reexport,
     }
     commands[args.what](args)
     print(

@@ -1,7 +1,9 @@
 """``torch.export.export`` stock (``arm_accel.disabled()``) and accelerated, in one process, on
-one module (``nn_module_stack`` names modules by address): the user's model and its quantized
-module (the re-export). The accelerated call runs inside the engine's scopes (the patch table's
-``export.scoped`` row): records sharing their ancestors, code generated once, the fake memo."""
+one module (``nn_module_stack`` names modules by address): the user's model, its quantized
+module (the re-export) and a GraphModule calling GraphModules. The accelerated call runs inside
+the engine's scopes (the patch table's ``export.scoped`` row): records sharing their ancestors,
+code generated once, the fake memo; and dynamo's list of the traced GraphModule's metas is
+rebuilt only when it changed (``export.dynamo_meta``)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,11 @@ import pytest
 import torch
 from arm_accel import patches
 from arm_accel.pipeline import scoped_calls
-from arm_accel.runtime import fake_memo
+from arm_accel.runtime import dynamo_meta, fake_memo
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from arm_accel.tools import models
 from support.provenance import records as provenance_records
+from torch import fx
 from torch.fx import graph_module as fx_graph_module
 
 pytestmark = pytest.mark.skipif(
@@ -45,7 +48,45 @@ def exported_inputs() -> dict[str, Case]:
         "model": (model, inputs, None),
         "dynamic": (model, batch, dynamic),
         "quantized": (converted, inputs, None),
+        "nested": (_nested(converted, _post(converted(*inputs))), inputs, None),
+        "wrapped": (_Wrapped(_post(torch.randn(2, 8))), (torch.randn(2, 8),), None),
     }
+
+
+class _Post(torch.nn.Module):
+    def forward(self, y: torch.Tensor) -> torch.Tensor:
+        return torch.relu(y * 2.0 + 1.0) - y
+
+
+def _post(example: torch.Tensor) -> fx.GraphModule:
+    """``_Post`` exported: a GraphModule whose nodes carry the metas dynamo copies."""
+    return torch.export.export(_Post(), (example,), strict=True).module(check_guards=False)
+
+
+class _Wrapped(torch.nn.Module):
+    """A module calling a GraphModule, then its own code, then the GraphModule again: dynamo's
+    trace goes from a GraphModule's code to code without one and back."""
+
+    def __init__(self, post: fx.GraphModule) -> None:
+        super().__init__()
+        self.post = post
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.post(x)
+        z = torch.sigmoid(z * 3.0)
+        return self.post(z)
+
+
+def _nested(inner: fx.GraphModule, post: fx.GraphModule) -> fx.GraphModule:
+    """A GraphModule calling ``inner`` and ``post`` (twice): dynamo's trace moves between the
+    three modules' code (each with its own metas) and back."""
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    y = graph.call_module("inner", (x,))
+    z = graph.call_module("post", (y,))
+    z = graph.call_function(torch.add, (z, y))
+    graph.output(graph.call_module("post", (z,)))
+    return fx.GraphModule({"inner": inner, "post": post}, graph)
 
 
 def _export(
@@ -59,6 +100,7 @@ def _export(
         len(loader.eval_cache),
         _accelerated(fake_memo.DISPATCH_STATS_NAME),
         _accelerated(scoped_calls.EXPORT_STATS_NAME),
+        _accelerated(dynamo_meta.STATS_NAME),
     )
     with arm_accel.enabled() if enabled else arm_accel.disabled():
         program = torch.export.export(module, inputs, dynamic_shapes=dynamic, strict=True)
@@ -67,6 +109,7 @@ def _export(
         len(loader.eval_cache),
         _accelerated(fake_memo.DISPATCH_STATS_NAME),
         _accelerated(scoped_calls.EXPORT_STATS_NAME),
+        _accelerated(dynamo_meta.STATS_NAME),
     )
     return {"program": program, "moved": tuple(b - a for a, b in zip(before, after, strict=True))}
 
@@ -80,15 +123,19 @@ def _tensors_equal(a: dict[str, Any], b: dict[str, Any]) -> None:
             assert x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y), key
 
 
-@pytest.mark.parametrize("which", ["model", "dynamic", "quantized"])
+@pytest.mark.parametrize("which", ["model", "dynamic", "quantized", "nested", "wrapped"])
 def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> None:
-    """The program exported from one module (convnet's, also with a dynamic batch, and its
-    quantized module), stock then accelerated: graphs equal by the equality contract
-    (provenance's graphs compared up to renaming), the generated code, the module's attribute
-    names, the signature, state dict, constants, module call graph and range constraints equal,
-    and torch's ``<eval_with_key>`` counter moved as far. The accelerated call ran scoped (the
-    row's count moved; stock's did not) and compiled fewer sources; on the quantized module the
-    fake memo served calls and the program's records hold the module's records themselves
+    """The program exported from one module (convnet's, also with a dynamic batch, its
+    quantized module, a GraphModule calling it and another GraphModule, and a module calling a
+    GraphModule twice around its own code), stock then accelerated: graphs equal by the
+    equality contract (provenance's graphs compared up to renaming; every node's stack trace,
+    module stack and source function stack, which dynamo copies from the traced GraphModule's
+    metas), the generated code, the module's attribute names, the signature, state dict,
+    constants, module call graph and range constraints equal, and torch's ``<eval_with_key>``
+    counter moved as far. The accelerated call ran scoped (the row's count moved; stock's did
+    not) and compiled fewer sources; on the quantized modules the fake memo served calls;
+    dynamo reused its metas list wherever a GraphModule is traced (never on convnet's module,
+    which calls none), and the program's records hold the module's records themselves
     (stock's: copies), where those rows are installed."""
     module, inputs, dynamic = exported_inputs[which]
     with tracking_graphs():
@@ -104,14 +151,19 @@ def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> No
     assert repr(a.module_call_graph) == repr(b.module_call_graph)
     assert str(a.range_constraints) == str(b.range_constraints)
 
-    (stock_ids, stock_compiled, stock_served, stock_calls) = stock["moved"]
-    (our_ids, our_compiled, our_served, our_calls) = ours["moved"]
+    (stock_ids, stock_compiled, stock_served, stock_calls, stock_reused) = stock["moved"]
+    (our_ids, our_compiled, our_served, our_calls, our_reused) = ours["moved"]
     assert stock_ids == our_ids > 0
     assert stock_calls == 0 and our_calls == 1
-    if patches.installed("retrace_engine"):
+    quantized = which in ("quantized", "nested")
+    traces_graph_modules = which in ("quantized", "nested", "wrapped")
+    if patches.installed("retrace_engine") and which != "wrapped":  # compiles no GraphModule
         assert our_compiled < stock_compiled, (our_compiled, stock_compiled)
-    if which == "quantized" and patches.installed("edge.fake_memo"):
+    if quantized and patches.installed("edge.fake_memo"):
         assert stock_served == 0 < our_served, (stock_served, our_served)
+    if patches.installed("export.dynamo_meta"):
+        assert stock_reused == 0, stock_reused
+        assert (our_reused > 0) == traces_graph_modules, our_reused
     if which == "quantized" and patches.installed("edge.provenance"):  # else stock shares
         read = provenance_records(module.graph)
         held = [key in read for key in provenance_records(b.graph)]

@@ -96,6 +96,27 @@ EXPORT_SOURCES = (
         _same("f12b896c54172571", *ALL_TORCH),
     ),
 )
+#: dynamo's list of a traced GraphModule's metas: rebuilt per proxy by ``_create_proxy`` (its
+#: ``_cur_code`` set to None in ``__init__`` and never assigned), read by
+#: ``_maybe_preserve_original_meta``, found through the code's context.
+_OUTPUT_GRAPH = "torch._dynamo.output_graph:SubgraphTracer"
+DYNAMO_META_SOURCES = (
+    Pin(f"{_OUTPUT_GRAPH}._create_proxy", _same("2197eaa85503a736", *ALL_TORCH)),
+    Pin(
+        f"{_OUTPUT_GRAPH}._maybe_preserve_original_meta",
+        _same("6a1bd5c1bea9d9dd", *ALL_TORCH),
+    ),
+    Pin(
+        f"{_OUTPUT_GRAPH}.__init__",
+        # 2.15.0: one more attribute (a device-index variable); _cur_code set to None as before
+        {"2.13.0": "73d9c6d8153e9b1e", "2.14.0": "73d9c6d8153e9b1e", "2.15.0": "6066e6e3c3eccf75"},
+    ),
+    Pin(
+        "torch._dynamo.code_context:CodeContextDict.get_context",
+        # 2.15.0: type annotations only
+        {"2.13.0": "b4d912ffc2840a7a", "2.14.0": "b4d912ffc2840a7a", "2.15.0": "4190684adfec4550"},
+    ),
+)
 _DELEGATE = "torch._higher_order_ops.executorch_call_delegate"
 #: A delegate's fake outputs: the unlifted program's module, run and dropped (``call_delegate_cpu``,
 #: looked up by name by the fake and tracing dispatches; ``module()`` builds a new module).
@@ -522,6 +543,23 @@ GROUPS: tuple[Group, ...] = (
                 "code when used (the program's before it returns) and run with the fake memo",
                 wraps=True,
                 models=EXPORT_SOURCES,
+            ),
+        ),
+    ),
+    Group(
+        name="export.dynamo_meta",
+        layer="runtime",
+        why="inside torch.export, dynamo lists a traced GraphModule's metas once, not per node",
+        rows=(
+            Patch(
+                "export.dynamo_meta",
+                _OUTPUT_GRAPH,
+                "_create_proxy",
+                f"{_PKG}.runtime.dynamo_meta:create_proxy",
+                "inside torch.export a proxy skips the rebuild of the original graph's metas "
+                "list when everything the rebuild reads is what it read last",
+                wraps=True,
+                models=DYNAMO_META_SOURCES,
             ),
         ),
     ),

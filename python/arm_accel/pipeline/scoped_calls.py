@@ -5,6 +5,8 @@ Inside each call the provenance records it makes share their ancestors
 once, when used, under the ``<eval_with_key>.N`` numbers stock's recompiles take
 (:func:`arm_accel.pipeline.engine.deferring_recompiles`), and its quantize/dequantize fake
 kernels are served from the fake mode's memo (:func:`arm_accel.runtime.fake_memo.dispatching`).
+Inside ``torch.export`` dynamo's tracers also rebuild their list of a traced GraphModule's metas
+only when it changed (:func:`arm_accel.runtime.dynamo_meta.tracing`).
 
 - ``call_delegate_cpu``: ``executorch_call_delegate``'s fake and tracing dispatches call it
   (looked up by name); it unlifts the lowered module's program into a new module, runs it on
@@ -19,32 +21,39 @@ Why exact: design.md, "The re-trace engine" (the paragraphs after the shared pro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from torch import fx
 
 from arm_accel.control import counters, switch
 from arm_accel.pipeline import engine
-from arm_accel.runtime import deferred, fake_memo, provenance
+from arm_accel.runtime import deferred, dynamo_meta, fake_memo, provenance
 
 #: ``stats()`` entries: one accelerated call per call run inside the scopes.
 DELEGATE_STATS_NAME = "delegate.unlifted"
 EXPORT_STATS_NAME = "export.scoped"
 
 
-def _scoped(stock: Callable[..., Any], stats_name: str, leaving: Callable[[Any], None]) -> Any:
-    """``stock`` inside the three scopes, ``leaving`` applied to what it returns; stock's with
-    acceleration off."""
+def _scoped(
+    stock: Callable[..., Any],
+    stats_name: str,
+    leaving: Callable[[Any], None],
+    extra: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+) -> Any:
+    """``stock`` inside the three scopes and ``extra``'s, ``leaving`` applied to what it
+    returns; stock's with acceleration off."""
 
     @functools.wraps(stock)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not switch.is_enabled():
             return stock(*args, **kwargs)
         start = time.perf_counter()
-        with provenance.sharing(), engine.deferring_recompiles(), fake_memo.dispatching():
+        with provenance.sharing(), engine.deferring_recompiles(), fake_memo.dispatching(), extra():
             out = stock(*args, **kwargs)
         leaving(out)
         counters.record_call(stats_name, time.perf_counter() - start, accelerated=True)
@@ -74,7 +83,7 @@ def delegate_call(stock: Callable[..., Any]) -> Any:
 
 def export_call(stock: Callable[..., Any]) -> Any:
     """``torch.export._trace._export_for_training`` inside the scopes (``export.scoped``)."""
-    return _scoped(stock, EXPORT_STATS_NAME, _program_code)
+    return _scoped(stock, EXPORT_STATS_NAME, _program_code, dynamo_meta.tracing)
 
 
 __all__ = ["DELEGATE_STATS_NAME", "EXPORT_STATS_NAME", "delegate_call", "export_call"]
