@@ -11,7 +11,8 @@ int16) and, with ``--load``, the observers ``search --save`` stored: each search
 then accelerated, alternating ``--repeats`` times (the fastest of each side), per group and
 overall ratio min / median / max, the slowest ratios with their times and candidates, and
 whether every (min, max) is bit-identical. ``--stepwise`` times the stepwise search (the
-one-call search's fallback) instead.
+one-call search's fallback) instead; ``--warm`` runs each side's repeats in a row (each search
+then runs with the caches its own previous run left, not the other side's).
 
 ``calibrate``: one prepared model copied twice, each calibration batch fed to the stock copy
 then to the accelerated one; the calibration seconds, the seconds inside
@@ -198,16 +199,27 @@ def cmd_observers(args: argparse.Namespace) -> None:
     same = True
     for label, obs in groups:
         stock_t, ours_t = math.inf, math.inf
-        for _ in range(args.repeats):
-            a, ta = timed(obs._non_linear_param_search, accelerated=False)
-            b, tb = timed(lambda obs=obs: ours_fn(obs), accelerated=True)
-            stock_t, ours_t = min(stock_t, ta), min(ours_t, tb)
-            same &= _bits(a[0]) == _bits(b[0]) and _bits(a[1]) == _bits(b[1])
+        runs = [(False, True)] * args.repeats  # alternating
+        if args.warm:  # each side's runs in a row
+            runs = [(False,)] * args.repeats + [(True,)] * args.repeats
+        outs: dict[bool, Any] = {}
+        for sides in runs:
+            for accelerated in sides:
+                fn = (lambda obs=obs: ours_fn(obs)) if accelerated else obs._non_linear_param_search
+                outs[accelerated], t = timed(fn, accelerated=accelerated)
+                if accelerated:
+                    ours_t = min(ours_t, t)
+                else:
+                    stock_t = min(stock_t, t)
+            if len(outs) == 2:
+                a, b = outs[False], outs[True]
+                same &= _bits(a[0]) == _bits(b[0]) and _bits(a[1]) == _bits(b[1])
         rows.append((stock_t / ours_t, label, stock_t, ours_t, _candidates(obs)))
     side = "stepwise search" if args.stepwise else "accelerated"
+    order = "consecutive runs of each side" if args.warm else "alternating runs each"
     print(
         f"{len(rows)} HistogramObservers, stock vs {side}, fastest of {args.repeats} "
-        f"alternating runs each; (min, max) bit-identical: {same}"
+        f"{order}; (min, max) bit-identical: {same}"
     )
     by_group: dict[str, list[float]] = {}
     for ratio, label, *_ in rows:
@@ -379,6 +391,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="observers, reexport: runs per side")
     parser.add_argument(
         "--stepwise", action="store_true", help="observers: time the stepwise search"
+    )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="observers: each side's runs in a row (warm caches) instead of alternating",
     )
     args = parser.parse_args()
     if not args.no_warmup:
