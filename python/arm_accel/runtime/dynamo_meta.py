@@ -5,13 +5,14 @@ When dynamo traces a GraphModule's ``forward`` (``torch.export`` of a quantized 
 from the original graph's node on the same line. Before that it rebuilds its list of the
 original graph's metas, ``[nd.meta for nd in graph.nodes]``, on every proxy it creates: its
 ``tx.f_code is not self._cur_code`` guard never holds, as ``_cur_code`` is never assigned. The
-rebuilds are quadratic in the graph: about 2.5 s of a llama16 re-export.
+rebuilds are quadratic in the graph: about 2 s of a llama16 re-export.
 
 Inside :func:`tracing` (``torch.export``'s scope, ``pipeline/scoped_calls.py``) stock's
 refresh is skipped when everything it reads is what it read last time: the same code object,
 naming the same live module, with the same graph object and node count, line map and
 ``forward`` code. The list, line map and first line it would build are then the ones it holds.
-``_cur_code`` is None again after each call, as stock leaves it. Why exact: design.md, "The
+``_cur_code`` is None again after each call, as stock leaves it; where it is not None on entry
+(not stock's state) or reading fails, stock's call runs as it is. Why exact: design.md, "The
 re-trace engine" (dynamo's original metas).
 """
 
@@ -99,9 +100,16 @@ def create_proxy(stock: Callable[..., Any]) -> Any:
         if not block.depth or not switch.is_enabled():
             return stock(self, *args, **kwargs)
         block.proxies += 1
-        read = _read(self.output_graph.current_tx)
+        try:
+            read = _read(self.output_graph.current_tx) if self._cur_code is None else None
+        except Exception as exc:
+            if switch.strict():
+                raise
+            # Stock's refresh reads the same after creating the node: it raises there, or not.
+            counters.record_fallback(STATS_NAME, f"reading the traced module failed: {exc!r}")
+            read = None
         last = _last_read.get(self)
-        if read is None or last is None or not _same(read, last) or self._cur_code is not None:
+        if read is None or last is None or not _same(read, last):
             # Stock's refresh runs; it now holds what ``read`` names (or None's).
             out = stock(self, *args, **kwargs)
             if read is None:
