@@ -1,9 +1,9 @@
 """``torch.export.export`` stock (``arm_accel.disabled()``) and accelerated, in one process, on
 one module (``nn_module_stack`` names modules by address): the user's model, its quantized
-module (the re-export) and a GraphModule calling GraphModules. The accelerated call runs inside
-the engine's scopes (the patch table's ``export.scoped`` row): records sharing their ancestors,
-code generated once, the fake memo; and dynamo's list of the traced GraphModule's metas is
-rebuilt only when it changed (``export.dynamo_meta``)."""
+module (the re-export), a GraphModule calling GraphModules and a module calling one. The
+accelerated call runs inside the engine's scopes (the patch table's ``export.scoped`` row):
+records sharing their ancestors, code generated once, the fake memo; and dynamo's list of the
+traced GraphModule's metas is rebuilt only when it changed (``export.dynamo_meta``)."""
 
 from __future__ import annotations
 
