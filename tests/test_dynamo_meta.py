@@ -5,6 +5,7 @@ programs it helps export are compared with stock's in ``test_export_scoped.py``.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from types import SimpleNamespace
 from typing import Any
@@ -45,16 +46,20 @@ def _register(module: fx.GraphModule) -> Any:
     return code
 
 
-def _seen(tracer: _Tracer, codes: list[Any]) -> list[bool]:
-    """Trace ``codes`` one proxy each through the wrapper; for each, whether stock's method
-    rebuilt (saw ``_cur_code`` None)."""
+def _seen(
+    tracer: _Tracer, codes: list[Any], enabled: bool = True, in_block: bool = True
+) -> list[bool]:
+    """Trace ``codes`` one proxy each through the wrapper (with acceleration ``enabled``,
+    inside ``tracing()`` or not); for each, whether stock's method rebuilt (saw ``_cur_code``
+    None)."""
     rebuilt: list[bool] = []
 
     def stock(self: _Tracer) -> None:
         rebuilt.append(self._cur_code is None)
 
     wrapped = dynamo_meta.create_proxy(stock)
-    with arm_accel.enabled(), dynamo_meta.tracing():
+    switch = arm_accel.enabled() if enabled else arm_accel.disabled()
+    with switch, dynamo_meta.tracing() if in_block else contextlib.nullcontext():
         for code in codes:
             tracer.trace(code)
             wrapped(tracer)
@@ -94,19 +99,8 @@ def test_outside_the_block_and_switched_off_stock_rebuilds() -> None:
     a = _graph_module(3)
     code = _register(a)
     tracer = _Tracer()
-    rebuilt: list[bool] = []
-
-    def stock(self: _Tracer) -> None:
-        rebuilt.append(self._cur_code is None)
-
-    wrapped = dynamo_meta.create_proxy(stock)
-    tracer.trace(code)
-    for _ in range(2):
-        wrapped(tracer)
-    with arm_accel.disabled(), dynamo_meta.tracing():
-        for _ in range(2):
-            wrapped(tracer)
-    assert rebuilt == [True] * 4
+    assert _seen(tracer, [code, code], in_block=False) == [True, True]
+    assert _seen(tracer, [code, code], enabled=False) == [True, True]
 
 
 def test_a_tracer_state_not_stocks_is_left_to_stock() -> None:
