@@ -348,6 +348,66 @@ def test_records_name_the_graphs_stocks_name(edge_graph: fx.GraphModule) -> None
     assert len(graphs) == 3, "stock's records name three graphs"
 
 
+class Attention(torch.nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v) * 2.0
+
+
+def _sdpa_decomposed() -> fx.GraphModule:
+    """An aten graph after executorch's SDPA decomposition, whose nodes' ``source_fn_stack``
+    records name the nodes themselves (made anew each time: ``deepcopy`` would leave the
+    copies' records naming the original's nodes)."""
+    from executorch.backends.transforms.decompose_sdpa import DecomposeScaledDotProductAttention
+
+    torch.manual_seed(0)
+    inputs = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
+    gm = torch.export.export(Attention(), inputs).graph_module
+    gm = DecomposeScaledDotProductAttention().call(gm).graph_module
+    assert any(inplace._names_own_graph(n) for n in gm.graph.nodes)
+    return gm
+
+
+class MulFirst(ExportPass):
+    """Each ``aten.mul`` gets a ``mul`` of its own before it: every later ``mul`` is renamed."""
+
+    def call_operator(self, op, args, kwargs, meta):  # type: ignore[no-untyped-def]
+        if op == torch.ops.aten.mul.Tensor:
+            args = (super().call_operator(op, args, kwargs, meta), *args[1:])
+        return super().call_operator(op, args, kwargs, meta)
+
+
+def test_records_naming_their_own_graph_name_stocks_old_nodes() -> None:
+    """Two re-traces in a row of a graph whose ``source_fn_stack`` records name its own nodes
+    (the SDPA decomposition's), by a pass that renames nodes: after stock's re-trace the
+    records name the old graph's nodes, with the names they had; in place they name stand-ins
+    with those names, never the renamed nodes. Identical to stock, records included
+    (foreign nodes by name, op and target), both re-traces in place."""
+    counters.reset()
+    results = []
+    for retrace in (stock_retrace, engine_retrace):
+        gm = retrace(MulFirst(), _sdpa_decomposed()).graph_module
+        results.append(retrace(MulFirst(), gm).graph_module)
+    assert in_place_runs(MulFirst) == (2, {})
+    assert_graphs_identical(results[0], results[1])
+    first = next(n for n in results[1].graph.nodes if n.meta.get("source_fn_stack"))
+    named = first.meta["source_fn_stack"][0][0]
+    assert named.graph is not first.graph and named.name != first.name, (named, first)
+
+
+def test_a_failed_re_trace_gives_back_the_records_naming_the_graph() -> None:
+    """A pass that raises mid re-trace on a graph whose records name its own nodes: after the
+    rollback every node holds its own record list again, naming the node itself."""
+    gm = _sdpa_decomposed()
+    stacks = {n: n.meta["source_fn_stack"] for n in gm.graph.nodes if "source_fn_stack" in n.meta}
+    counters.reset()
+    with pytest.raises(RuntimeError, match="fourth node"):
+        engine_retrace(Raises(), gm)
+    assert in_place_runs(Raises) == (0, {"RuntimeError in the in-place re-trace": 1})
+    for node, stack in stacks.items():
+        assert node.meta["source_fn_stack"] is stack
+        assert all(entry[0] is node for entry in stack)
+
+
 def test_a_rolled_back_transaction_restores_the_graphs_identity(
     edge_graph: fx.GraphModule,
 ) -> None:

@@ -150,3 +150,36 @@ def test_a_graph_at_a_freed_graphs_address_is_another_graph() -> None:
                 del record.node_info.graph_serial  # as if made outside tracking_graphs
     with pytest.raises(AssertionError, match="from_node"):
         assert_graphs_identical(a, b)
+
+
+def _with_records(named: Callable[[fx.GraphModule], fx.Node]) -> fx.GraphModule:
+    """``_graph()`` whose relu holds a ``source_fn_stack`` record naming ``named(gm)``."""
+    gm = _graph()
+    _node(gm, "relu").meta["source_fn_stack"] = [(named(gm), torch.relu)]
+    return gm
+
+
+def _foreign(name: str, target: object = torch.relu) -> Callable[[fx.GraphModule], fx.Node]:
+    return lambda gm: fx.Node(fx.Graph(), name, "call_function", target, (), {})
+
+
+def test_records_naming_nodes_compare_by_name() -> None:
+    """``source_fn_stack`` records naming nodes: a node of the graph by name, one of another
+    graph by name, op and target (each side's nodes are other objects); a record naming the
+    graph's own node differs from one naming another graph's node of that name."""
+    assert_graphs_identical(
+        _with_records(lambda gm: _node(gm, "relu")), _with_records(lambda gm: _node(gm, "relu"))
+    )
+    assert_graphs_identical(_with_records(_foreign("relu")), _with_records(_foreign("relu")))
+    for other in (
+        _foreign("relu_1"),
+        _foreign("relu", torch.sigmoid),
+        lambda gm: _node(gm, "relu"),
+        lambda gm: _node(gm, "x"),
+    ):
+        with pytest.raises(AssertionError, match="source_fn_stack"):
+            assert_graphs_identical(_with_records(_foreign("relu")), _with_records(other))
+    with pytest.raises(AssertionError, match="source_fn_stack"):
+        assert_graphs_identical(
+            _with_records(lambda gm: _node(gm, "relu")), _with_records(lambda gm: _node(gm, "x"))
+        )

@@ -129,15 +129,22 @@ class GraphLabels:
         return self._labels.setdefault(key, len(self._labels))
 
 
-def meta_signature(value: Any, labels: GraphLabels | None = None) -> Any:
+def meta_signature(
+    value: Any, labels: GraphLabels | None = None, graph: fx.Graph | None = None
+) -> Any:
     """A comparable form of one meta value: fake tensors by shape, dtype, strides, storage
     offset, device and ``requires_grad``; provenance (``NodeSource``) as
     :func:`source_signature` gives it, graphs by ``labels`` (default: numbered within this
-    value); ops by name; anything else as is."""
+    value); nodes (``source_fn_stack`` records) by name, those not of ``graph`` by name, op
+    and target; ops by name; anything else as is."""
     from torch.fx.traceback import NodeSource
 
     if labels is None:
         labels = GraphLabels()
+    if isinstance(value, fx.Node):
+        if value.graph is graph:
+            return ("node", value.name)
+        return ("foreign node", value.name, value.op, str(value.target))
     if isinstance(value, torch.Tensor):
         return (
             "tensor",
@@ -149,9 +156,9 @@ def meta_signature(value: Any, labels: GraphLabels | None = None) -> Any:
             value.requires_grad,
         )
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(meta_signature(v, labels) for v in value))
+        return (type(value).__name__, tuple(meta_signature(v, labels, graph) for v in value))
     if isinstance(value, dict):
-        return ("dict", tuple((k, meta_signature(v, labels)) for k, v in value.items()))
+        return ("dict", tuple((k, meta_signature(v, labels, graph)) for k, v in value.items()))
     if isinstance(value, NodeSource):
         return ("source", source_signature(value, labels))
     if isinstance(value, torch._ops.OperatorBase) or type(value).__name__ == "EdgeOpOverload":
@@ -219,8 +226,8 @@ def assert_graphs_identical(
         keys_y = set(y.meta) - UNCOMPARED_META
         assert keys_x == keys_y, f"{where}: meta keys differ: {sorted(keys_x ^ keys_y)}"
         for key in sorted(keys_x):
-            sx = meta_signature(x.meta[key], la)
-            sy = meta_signature(y.meta[key], lb)
+            sx = meta_signature(x.meta[key], la, x.graph)
+            sy = meta_signature(y.meta[key], lb, y.graph)
             assert sx == sy, f"{where}: meta[{key!r}] {str(sx)[:300]} != {str(sy)[:300]}"
     ns_a, ns_b = a.graph._graph_namespace, b.graph._graph_namespace
     assert ns_a._used_names == ns_b._used_names, "name spaces hold different names"

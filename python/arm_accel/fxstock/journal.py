@@ -30,7 +30,7 @@ class GraphJournal:
         self._names: names.NameState | None = None
         self._args: list[tuple[fx.Node, Any, Any]] = []
         self._targets: list[tuple[fx.Node, Any]] = []
-        self._meta_keys: list[tuple[fx.Node, str, Any]] = []
+        self._meta_keys: list[tuple[dict[str, Any], str, Any]] = []
         self._metas: dict[fx.Node, dict[str, Any]] = {}
         self._moves: list[tuple[fx.Node, fx.Node]] = []
         # Undoing an edit through fx appends where the edit removed: a node whose args are set
@@ -141,8 +141,9 @@ class GraphJournal:
         node.target = target  # fx updates its find_nodes index
 
     def set_meta(self, node: fx.Node, key: str, value: Any) -> None:
-        """Set one meta key (in the node's meta dict)."""
-        self._meta_keys.append((node, key, node.meta.get(key, _MISSING)))
+        """Set one meta key (in the node's meta dict: undone in that dict, even if the node
+        has been given another since)."""
+        self._meta_keys.append((node.meta, key, node.meta.get(key, _MISSING)))
         node.meta[key] = value
 
     def replace_meta(self, node: fx.Node, meta: dict[str, Any]) -> None:
@@ -241,11 +242,11 @@ class GraphJournal:
             node.args, node.kwargs = args, kwargs
         for node, target in reversed(self._targets):
             node.target = target
-        for node, key, old in reversed(self._meta_keys):
+        for meta, key, old in reversed(self._meta_keys):
             if old is _MISSING:
-                node.meta.pop(key, None)
+                meta.pop(key, None)
             else:
-                node.meta[key] = old
+                meta[key] = old
         for node, meta in self._metas.items():
             object.__setattr__(node, "meta", meta)  # as replace_meta wrote it: no re-filing
 

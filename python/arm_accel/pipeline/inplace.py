@@ -219,8 +219,6 @@ def check_graph(graph_module: fx.GraphModule) -> None:
 
 def _check_node(node: fx.Node, val: Any) -> None:
     op = node.op
-    if _names_own_graph(node):
-        raise Unsupported("source_fn_stack names a node of the graph")
     if op == "get_attr":
         _check_tensor_constant(node, val)
         return
@@ -239,8 +237,7 @@ def _check_node(node: fx.Node, val: Any) -> None:
 
 def _names_own_graph(node: fx.Node) -> bool:
     """A ``source_fn_stack`` entry of the node holds a node of its graph (executorch's
-    decompositions record the node itself). Stock's re-trace leaves that node behind with its
-    name; in place it would be renamed, and the record would read another name."""
+    decompositions record the node itself)."""
     stack = node.meta.get("source_fn_stack")
     if not stack:
         return False
@@ -250,6 +247,12 @@ def _names_own_graph(node: fx.Node) -> bool:
         and entry[0].graph is graph
         for entry in stack
     )  # fmt: skip
+
+
+def _stand_in(node: fx.Node, graph: fx.Graph) -> fx.Node:
+    """A node of ``graph`` (never inserted) named, typed and targeted as ``node`` is now: what
+    a record naming ``node`` names after stock's re-trace, the old graph's node."""
+    return fx.Node(graph, node.name, node.op, node.target, (), {}, node.type)
 
 
 #: What a ``get_attr`` may fetch: ``create_arg`` stows a tensor as ``_tensor_constantN`` and a
@@ -813,6 +816,7 @@ class InplaceRetrace:
 
         self.graph.create_node = create_node  # type: ignore[method-assign]
         try:
+            self._stand_in_records()
             with fx_traceback.preserve_node_meta():
                 self._interpret(interpreter, inputs)
             self._check_erasable()
@@ -829,6 +833,39 @@ class InplaceRetrace:
         del self.graph.create_node
         self.graph._insert = graph_insert
         return self._commit(tracer)
+
+    def _stand_in_records(self) -> None:
+        """Give ``source_fn_stack`` records naming nodes of this graph the nodes stock's
+        re-trace leaves them naming: those of the old graph, with the names, targets and meta
+        they have now, which nothing renames (the renaming at commit would otherwise show in
+        them). Each stack naming such nodes is replaced (journaled) by one copy naming
+        stand-ins, shared where the stack was; the stand-ins hold the meta as it then is."""
+        graph = self.graph
+        stacks: dict[int, tuple[list[Any], list[Any]]] = {}  # id -> (stack, its copy)
+        holders: list[tuple[fx.Node, list[Any]]] = []
+        for node in self.order:
+            if _names_own_graph(node):
+                stack = node.meta["source_fn_stack"]
+                if type(stack) is not list or any(type(e) is not tuple for e in stack):
+                    raise Unsupported("source_fn_stack naming the graph is not a list of tuples")
+                stacks.setdefault(id(stack), (stack, []))
+                holders.append((node, stack))
+        if not holders:
+            return
+        old_graph = fx.Graph()
+        stand_ins: dict[fx.Node, fx.Node] = {}
+        for stack, copied in stacks.values():
+            for entry in stack:
+                head = entry[0] if entry else None
+                if isinstance(head, fx.Node) and head.graph is graph:
+                    if head not in stand_ins:
+                        stand_ins[head] = _stand_in(head, old_graph)
+                    entry = (stand_ins[head], *entry[1:])
+                copied.append(entry)
+        for node, stack in holders:
+            self.journal.set_meta(node, "source_fn_stack", stacks[id(stack)][1])
+        for node, stand_in in stand_ins.items():
+            stand_in.meta.update(node.meta)
 
     def _interpret(self, interpreter: fx.Interpreter, inputs: tuple[Any, ...]) -> None:
         """``fx.Interpreter.run`` over the old nodes only (new ones are inserted among them)."""
