@@ -13,7 +13,7 @@ import pytest
 import torch
 from arm_accel.control import counters
 from arm_accel.pipeline import inplace
-from arm_accel.quantize import annotation, fold, observe
+from arm_accel.quantize import annotation, attr_names, fold, observe
 from arm_accel.quantize import histogram as qh
 from arm_accel.tools import models
 from arm_accel.tools.program_compare import graph_differences, program_differences
@@ -157,8 +157,8 @@ def test_quantized_program_identical(name: str) -> None:
     ``seq_nr`` of the prepared module and the re-export, the counter after each stage), which
     the in-place re-traces move without dispatching where they keep values requiring grad;
     and the annotation pipeline (some of its re-traces in place), the parameter search, the
-    observers' forward, the histogram upscale and the constant fold's discarded dequantize
-    values ran accelerated (llama1: values requiring grad kept)."""
+    observers' forward, the histogram upscale, the constant fold's discarded dequantize
+    values and the observers' fresh names ran accelerated (llama1: values requiring grad kept)."""
     model, inputs, mode = models.build(name)  # one model: its modules' ids are in meta
     with arm_accel.disabled():
         stock_p, stock_q, stock, stock_ep, stock_counter = _quantize(model, inputs, mode)
@@ -172,6 +172,7 @@ def test_quantized_program_identical(name: str) -> None:
         observe.UPSCALE_STATS_NAME,
         annotation.STATS_NAME,
         fold.STATS_NAME,
+        attr_names.STATS_NAME,
     ):
         assert _accelerated(now, stat) > _accelerated(snapshot, stat), stat
     in_place = {

@@ -206,6 +206,19 @@ ANNOTATION_PIPELINE = Pin(
     ":ArmPassManager.transform_for_annotation_pipeline",
     _same("1886bcf3e3299b5f", *ET),
 )
+# The fresh attribute names of the quantization flow (prepare's observers, convert's and the
+# Arm passes' constants): the name search and the attribute lookup its hasattr runs
+_FX_UTILS = "torch.ao.quantization.fx.utils"
+_PT2E_UTILS = "torchao.quantization.pt2e.utils"
+ATTR_NAMES_FX = Pin(
+    f"{_FX_UTILS}:get_new_attr_name_with_prefix", _same("1b607f727ed24eca", *ALL_TORCH)
+)
+ATTR_NAMES_PT2E = Pin(
+    f"{_PT2E_UTILS}:get_new_attr_name_with_prefix", _same("1b607f727ed24eca", *TA)
+)
+MODULE_GETATTR = Pin(
+    "torch.nn.modules.module:Module.__getattr__", _same("fe51052b67121828", *ALL_TORCH)
+)
 # C++ kernels the quantization layer models (read on torch 2.13; fuzzed on 2.13, 2.14.0, 2.15.0)
 FLOAT32_COMPARE = Pin(
     "aten::lt/gt of a float32 tensor and a Python float (type promotion: float32)",
@@ -809,6 +822,51 @@ GROUPS: tuple[Group, ...] = (
                 "its recompiles deferred and memoised as the pipeline's",
                 wraps=True,
                 models=(ANNOTATION_PIPELINE,),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.attr_names",
+        layer="quantize",
+        why="the quantization flow's fresh attribute names found by dict lookups, not by a "
+        "hasattr that raises for every name taken",
+        independent=True,
+        rows=(
+            Patch(
+                "quantize.attr_names.fx_prepare",
+                "torch.ao.quantization.fx.prepare",
+                "get_new_attr_name_with_prefix",
+                f"{_PKG}.quantize.attr_names:names",
+                "prepare_pt2e's observer names: each hasattr answered from the module's dicts",
+                wraps=True,
+                models=(ATTR_NAMES_FX, MODULE_GETATTR),
+                bound=ATTR_NAMES_FX.ref,
+            ),
+            *(
+                Patch(
+                    f"quantize.attr_names.{module.rsplit('.', 1)[1]}",
+                    module,
+                    "get_new_attr_name_with_prefix",
+                    f"{_PKG}.quantize.attr_names:names",
+                    "the pass's constant names: each hasattr answered from the module's dicts",
+                    wraps=True,
+                    models=(ATTR_NAMES_PT2E, MODULE_GETATTR),
+                    bound=ATTR_NAMES_PT2E.ref,
+                )
+                for module in (
+                    "executorch.backends.arm._passes.scalars_to_attribute_pass",
+                    "executorch.backends.arm._passes.deduplicate_get_attr_pass",
+                )
+            ),
+            Patch(
+                "quantize.attr_names.pt2e_utils",
+                _PT2E_UTILS,
+                "get_new_attr_name_with_prefix",
+                f"{_PKG}.quantize.attr_names:names",
+                "convert_pt2e's constant names (create_getattr_from_value): each hasattr "
+                "answered from the module's dicts",
+                wraps=True,
+                models=(ATTR_NAMES_PT2E, MODULE_GETATTR),
             ),
         ),
     ),
