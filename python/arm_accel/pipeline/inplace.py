@@ -238,15 +238,17 @@ def _check_node(node: fx.Node, val: Any) -> None:
 def _names_own_graph(node: fx.Node) -> bool:
     """A ``source_fn_stack`` entry of the node holds a node of its graph (executorch's
     decompositions record the node itself)."""
-    stack = node.meta.get("source_fn_stack")
-    if not stack:
-        return False
-    graph = node.graph
-    return any(
-        isinstance(entry, tuple) and entry and isinstance(entry[0], fx.Node)
-        and entry[0].graph is graph
-        for entry in stack
-    )  # fmt: skip
+    return _names_graph(node.meta.get("source_fn_stack"), node.graph)
+
+
+def _names_graph(stack: Any, graph: fx.Graph) -> bool:
+    """An entry of ``stack`` (a ``source_fn_stack``, or None) holds a node of ``graph``."""
+    for entry in stack or ():
+        if isinstance(entry, tuple) and entry:
+            head = entry[0]
+            if isinstance(head, fx.Node) and head.graph is graph:
+                return True
+    return False
 
 
 def _stand_in(node: fx.Node, graph: fx.Graph) -> fx.Node:
@@ -844,8 +846,8 @@ class InplaceRetrace:
         stacks: dict[int, tuple[list[Any], list[Any]]] = {}  # id -> (stack, its copy)
         holders: list[tuple[fx.Node, list[Any]]] = []
         for node in self.order:
-            if _names_own_graph(node):
-                stack = node.meta["source_fn_stack"]
+            stack = node.meta.get("source_fn_stack")
+            if stack and _names_graph(stack, graph):
                 if type(stack) is not list or any(type(e) is not tuple for e in stack):
                     raise Unsupported("source_fn_stack naming the graph is not a list of tuples")
                 stacks.setdefault(id(stack), (stack, []))
