@@ -110,3 +110,14 @@ def test_installed_where_the_flow_binds_it() -> None:
         function = sys.modules[module].get_new_attr_name_with_prefix
         assert function.__wrapped__ in (STOCK, patches.original("quantize.attr_names.fx_prepare"))
     assert patches.installed("quantize.attr_names")
+
+
+def test_more_prefixes_than_the_names_kept() -> None:
+    """More prefixes than the search keeps names for, asked twice in turn: stock's name each
+    time (a prefix whose names were dropped makes them again)."""
+    module = _filled(
+        torch.nn.Module(), {f"k{p}_{i}": "buffer" for p in range(70) for i in range(3)}
+    )
+    for _ in range(2):
+        for p in range(70):
+            assert attr_names.first_free(module, f"k{p}_") == STOCK(f"k{p}_")(module) == f"k{p}_3"

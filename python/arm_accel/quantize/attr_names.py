@@ -44,16 +44,36 @@ def first_free(module: Any, prefix: str) -> str | None:
     if not (isinstance(params, dict) and isinstance(buffers, dict) and isinstance(modules, dict)):
         return None
     classes = [vars(c) for c in cls.__mro__]
+    tried = _names(prefix)
     i = 0
     while True:
-        name = prefix + str(i)
-        # Found by Module.__getattr__ whatever the class holds: taken.
-        if name not in params and name not in buffers and name not in modules:
-            if any(name in c for c in classes):
-                return None
-            if name not in own:
-                return name
+        if i == len(tried):
+            tried.extend(prefix + str(j) for j in range(i, 2 * i + 16))
+        name = tried[i]
         i += 1
+        # Found by Module.__getattr__ whatever the class holds: taken (observers are modules).
+        if name in modules or name in buffers or name in params:
+            continue
+        if any(name in c for c in classes):
+            return None
+        if name not in own:
+            return name
+
+
+#: Per prefix, the names ``prefix + str(i)`` made so far (the search tries them in order on
+#: every call); at most ``_PREFIXES`` prefixes are kept.
+_made: dict[str, list[str]] = {}
+_PREFIXES = 64
+
+
+def _names(prefix: str) -> list[str]:
+    """The list of ``prefix + str(i)`` made for ``prefix`` (extended by the caller)."""
+    made = _made.get(prefix)
+    if made is None:
+        if len(_made) >= _PREFIXES:
+            _made.clear()
+        made = _made[prefix] = []
+    return made
 
 
 def names(stock: Callable[[str], NameSearch]) -> Callable[[str], NameSearch]:
