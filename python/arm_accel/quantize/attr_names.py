@@ -14,7 +14,7 @@ flow".
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ def first_free(module: Any, prefix: str) -> str | None:
     module's lookup is not ``nn.Module``'s (its class overrides ``__getattribute__`` or
     ``__getattr__``, the instance lacks the parameter, buffer or module dict) or a class
     attribute bears a name tried (its descriptor decides)."""
-    cls = type(module)
+    cls: Any = type(module)
     if cls.__getattribute__ is not object.__getattribute__:
         return None
     if getattr(cls, "__getattr__", None) is not torch.nn.Module.__getattr__:
@@ -44,11 +44,11 @@ def first_free(module: Any, prefix: str) -> str | None:
     if not (isinstance(params, dict) and isinstance(buffers, dict) and isinstance(modules, dict)):
         return None
     classes = [vars(c) for c in cls.__mro__]
-    tried = _names(prefix)
+    tried: Sequence[str] = _made.get(prefix, ())
     i = 0
     while True:
         if i == len(tried):
-            tried.extend(prefix + str(j) for j in range(i, 2 * i + 16))
+            tried = _keep(prefix, [*tried, *(prefix + str(j) for j in range(i, 2 * i + 16))])
         name = tried[i]
         i += 1
         # Found by Module.__getattr__ whatever the class holds: taken (observers are modules).
@@ -61,19 +61,18 @@ def first_free(module: Any, prefix: str) -> str | None:
 
 
 #: Per prefix, the names ``prefix + str(i)`` made so far (the search tries them in order on
-#: every call); at most ``_PREFIXES`` prefixes are kept.
+#: every call), at most ``_PREFIXES`` prefixes. A list is never changed once kept: a longer one
+#: replaces it (threads searching at once each see a whole list).
 _made: dict[str, list[str]] = {}
 _PREFIXES = 64
 
 
-def _names(prefix: str) -> list[str]:
-    """The list of ``prefix + str(i)`` made for ``prefix`` (extended by the caller)."""
-    made = _made.get(prefix)
-    if made is None:
-        if len(_made) >= _PREFIXES:
-            _made.clear()
-        made = _made[prefix] = []
-    return made
+def _keep(prefix: str, tried: list[str]) -> list[str]:
+    """Keep ``tried`` as ``prefix``'s names; returns it."""
+    if prefix not in _made and len(_made) >= _PREFIXES:
+        _made.clear()
+    _made[prefix] = tried
+    return tried
 
 
 def names(stock: Callable[[str], NameSearch]) -> Callable[[str], NameSearch]:
