@@ -363,7 +363,9 @@ def _sdpa_decomposed() -> fx.GraphModule:
     inputs = tuple(torch.randn(1, 2, 4, 8) for _ in range(3))
     gm = torch.export.export(Attention(), inputs).graph_module
     gm = DecomposeScaledDotProductAttention().call(gm).graph_module
-    assert any(inplace._names_own_graph(n) for n in gm.graph.nodes)
+    assert any(
+        inplace._names_graph(n.meta.get("source_fn_stack"), gm.graph) for n in gm.graph.nodes
+    )
     return gm
 
 

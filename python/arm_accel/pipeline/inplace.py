@@ -235,20 +235,22 @@ def _check_node(node: fx.Node, val: Any) -> None:
         raise Unsupported("tensor or symbolic argument")
 
 
-def _names_own_graph(node: fx.Node) -> bool:
-    """A ``source_fn_stack`` entry of the node holds a node of its graph (executorch's
-    decompositions record the node itself)."""
-    return _names_graph(node.meta.get("source_fn_stack"), node.graph)
-
-
 def _names_graph(stack: Any, graph: fx.Graph) -> bool:
-    """An entry of ``stack`` (a ``source_fn_stack``, or None) holds a node of ``graph``."""
+    """An entry of ``stack`` (a ``source_fn_stack``, or None) holds a node of ``graph``
+    (executorch's decompositions record the node itself)."""
     for entry in stack or ():
-        if isinstance(entry, tuple) and entry:
-            head = entry[0]
-            if isinstance(head, fx.Node) and head.graph is graph:
-                return True
+        if _node_of_graph(entry, graph) is not None:
+            return True
     return False
+
+
+def _node_of_graph(entry: Any, graph: fx.Graph) -> fx.Node | None:
+    """The node of ``graph`` a ``source_fn_stack`` entry names, or None."""
+    if isinstance(entry, tuple) and entry:
+        head = entry[0]
+        if isinstance(head, fx.Node) and head.graph is graph:
+            return head
+    return None
 
 
 def _stand_in(node: fx.Node, graph: fx.Graph) -> fx.Node:
@@ -858,8 +860,8 @@ class InplaceRetrace:
         stand_ins: dict[fx.Node, fx.Node] = {}
         for stack, copied in stacks.values():
             for entry in stack:
-                head = entry[0] if entry else None
-                if isinstance(head, fx.Node) and head.graph is graph:
+                head = _node_of_graph(entry, graph)
+                if head is not None:
                     if head not in stand_ins:
                         stand_ins[head] = _stand_in(head, old_graph)
                     entry = (stand_ins[head], *entry[1:])
