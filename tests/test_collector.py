@@ -2,7 +2,8 @@
 
 Compares the collector's state (frozen objects, thresholds) inside and after a scope with what
 it was before: changed inside only with acceleration on and nothing frozen by the process,
-restored exactly when the outermost scope ends, also when the block raises. That lowerings
+restored exactly when the outermost scope ends, also when the block raises; and which stock
+calls run in a scope (``to_backend``, ``torch.export``, ``to_executorch``). That lowerings
 through these scopes equal stock's is what the every-pass tests check
 (tests/test_retrace_engine.py, tests/test_decompositions.py).
 """
@@ -74,3 +75,62 @@ def test_to_backend_runs_in_a_scope() -> None:
         with switch.enabled() if on else switch.disabled():
             to_edge(program).to_backend(Probe())
     assert seen[0] > 0 and seen[1] == 0, seen
+
+
+def test_collecting_less_does_not_mark_a_lowering() -> None:
+    """``collecting_less`` freezes and raises the threshold as ``lowering`` does, without
+    marking the thread as lowering (what ``in_lowering`` tells other accelerations)."""
+    before = gc.get_threshold()
+    with switch.enabled(), collector.collecting_less():
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[2] == max(before[2], collector.OLD_GENERATION_THRESHOLD)
+        assert not collector.in_lowering()
+        with collector.lowering():
+            assert collector.in_lowering()
+        assert not collector.in_lowering() and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+
+
+def test_export_runs_in_a_scope() -> None:
+    """After activation ``torch.export.export`` opens a scope, not marked as lowering: the
+    traced forward (non-strict, so it runs as Python) sees objects frozen with acceleration on
+    and none with it off."""
+    import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+    import torch
+
+    seen: list[tuple[int, bool]] = []
+
+    class Probe(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append((gc.get_freeze_count(), collector.in_lowering()))
+            return x + 1
+
+    for on in (True, False):
+        with switch.enabled() if on else switch.disabled():
+            torch.export.export(Probe(), (torch.randn(2, 3),), strict=False)
+    assert seen[0][0] > 0 and seen[-1][0] == 0, seen
+    assert not any(lowering for _, lowering in seen), seen
+    assert gc.get_freeze_count() == 0
+
+
+def test_to_executorch_runs_in_a_scope() -> None:
+    """After activation ``EdgeProgramManager.to_executorch`` opens a scope, not marked as
+    lowering: a pass it runs sees objects frozen with acceleration on and none with it off."""
+    import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+    import torch
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    seen: list[tuple[int, bool]] = []
+
+    def probe(gm: torch.fx.GraphModule) -> PassResult:
+        seen.append((gc.get_freeze_count(), collector.in_lowering()))
+        return PassResult(gm, False)
+
+    program = torch.export.export(torch.nn.ReLU(), (torch.randn(2, 3),))
+    for on in (True, False):
+        with switch.enabled() if on else switch.disabled():
+            to_edge(program).to_executorch(ExecutorchBackendConfig(passes=[probe]))
+    assert len(seen) == 2, seen
+    assert seen[0] == (seen[0][0], False) and seen[0][0] > 0 and seen[1][0] == 0, seen
+    assert gc.get_freeze_count() == 0

@@ -851,15 +851,17 @@ def stage(stock: Any) -> Any:
         if not stack:
             dtype_check.forget()  # a lowering starts
         stack.append(_Stage())
-        try:
-            with collector.lowering():
+        # The code generated in the collector's scope too: a full collection the scope put
+        # off would otherwise run on its first allocations after it.
+        with collector.lowering():
+            try:
                 return stock(*args, **kwargs)
-        finally:
-            last = stack.pop().last
-            # The one call result that left the stage (``_generate_edge_program``'s input)
-            # has its code, as stock's; the others were only the next call's input.
-            if last is not None:
-                deferred.materialize(last.graph_module)
+            finally:
+                last = stack.pop().last
+                # The one call result that left the stage (``_generate_edge_program``'s
+                # input) has its code, as stock's; the others were only the next call's input.
+                if last is not None:
+                    deferred.materialize(last.graph_module)
 
     return _gen_edge_manager_for_partitioners
 

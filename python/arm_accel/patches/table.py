@@ -494,7 +494,8 @@ GROUPS: tuple[Group, ...] = (
     Group(
         name="collector",
         layer="runtime",
-        why="no full garbage collection of the heap alive when a lowering starts",
+        why="no full garbage collection of the heap alive when a lowering, torch.export or "
+        "to_executorch starts",
         rows=(
             Patch(
                 "collector.to_backend",
@@ -502,6 +503,22 @@ GROUPS: tuple[Group, ...] = (
                 "to_backend",
                 f"{_PKG}.runtime.collector:scoped",
                 "to_backend runs in the collector's scope",
+                wraps=True,
+            ),
+            Patch(
+                "collector.export",
+                "torch.export._trace",
+                "_export",
+                f"{_PKG}.runtime.collector:collecting",
+                "torch.export runs in the collector's scope",
+                wraps=True,
+            ),
+            Patch(
+                "collector.to_executorch",
+                "executorch.exir.program._program:EdgeProgramManager",
+                "to_executorch",
+                f"{_PKG}.runtime.collector:collecting",
+                "to_executorch runs in the collector's scope",
                 wraps=True,
             ),
         ),

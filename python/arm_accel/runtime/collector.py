@@ -1,11 +1,12 @@
 """The garbage collector during the stages arm-accel serves.
 
 Each full collection walks the whole live heap (programs, graphs, torch's modules): about 4 s of
-an accelerated llama8 lowering. Inside :func:`lowering` (the edge stage, ``to_backend``, the Arm
-pipeline) the objects alive on entry are frozen and the oldest generation's threshold is raised
-to :data:`OLD_GENERATION_THRESHOLD`; the outermost scope puts both back. Off with acceleration,
-with the collector disabled, or when the process froze objects itself (design.md, "The garbage
-collector during a lowering").
+an accelerated llama8 lowering, 0.3-0.9 s per collection of a ``llama4`` script. Inside
+:func:`collecting_less` the objects alive on entry are frozen and the oldest generation's
+threshold is raised to :data:`OLD_GENERATION_THRESHOLD`; the outermost scope puts both back.
+Its scopes: the lowering (:func:`lowering`: the edge stage, ``to_backend``, the Arm pipeline),
+``torch.export`` and ``to_executorch``. Off with acceleration, with the collector disabled, or
+when the process froze objects itself (design.md, "The garbage collector during a lowering").
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def in_lowering() -> bool:
 
 
 @contextmanager
-def lowering() -> Iterator[None]:
+def collecting_less() -> Iterator[None]:
     """Collect less while this block runs (see the module docstring); nestable, any thread."""
     if not switch.is_enabled():
         yield
@@ -48,8 +49,7 @@ def lowering() -> Iterator[None]:
             _saved[0] = _begin()
         _open[0] += 1
     try:
-        with _thread_scope.entered():
-            yield
+        yield
     finally:
         with _lock:
             _open[0] -= 1
@@ -58,11 +58,21 @@ def lowering() -> Iterator[None]:
                 _saved[0] = None
 
 
+@contextmanager
+def lowering() -> Iterator[None]:
+    """:func:`collecting_less`, this thread marked as lowering (:func:`in_lowering`)."""
+    if not switch.is_enabled():
+        yield
+        return
+    with collecting_less(), _thread_scope.entered():
+        yield
+
+
 def scoped(stock: Any) -> Any:
     """``EdgeProgramManager.to_backend`` (partitioning, the Arm pipeline in the backend's
-    preprocess, serialization) in :func:`lowering`'s scope (the patch table's ``collector``
-    row); the edge stage and ``ArmPassManager._transform`` open their own scopes where
-    arm-accel already wraps them."""
+    preprocess, serialization) in :func:`lowering`'s scope (the patch table's
+    ``collector.to_backend`` row); the edge stage and ``ArmPassManager._transform`` open their
+    own scopes where arm-accel already wraps them."""
 
     @functools.wraps(stock)
     def to_backend(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -70,6 +80,19 @@ def scoped(stock: Any) -> Any:
             return stock(self, *args, **kwargs)
 
     return to_backend
+
+
+def collecting(stock: Any) -> Any:
+    """``stock`` (``torch.export``'s ``_export``, ``EdgeProgramManager.to_executorch``) in
+    :func:`collecting_less`'s scope, not marked as lowering (the ``collector.export`` and
+    ``collector.to_executorch`` rows)."""
+
+    @functools.wraps(stock)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with collecting_less():
+            return stock(*args, **kwargs)
+
+    return call
 
 
 def _begin() -> tuple[int, int, int] | None:
@@ -87,4 +110,11 @@ def _end(thresholds: tuple[int, int, int]) -> None:
     gc.set_threshold(*thresholds)
 
 
-__all__ = ["OLD_GENERATION_THRESHOLD", "in_lowering", "lowering", "scoped"]
+__all__ = [
+    "OLD_GENERATION_THRESHOLD",
+    "collecting",
+    "collecting_less",
+    "in_lowering",
+    "lowering",
+    "scoped",
+]
