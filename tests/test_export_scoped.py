@@ -101,6 +101,7 @@ def _export(
         _accelerated(fake_memo.DISPATCH_STATS_NAME),
         _accelerated(scoped_calls.EXPORT_STATS_NAME),
         _accelerated(dynamo_meta.STATS_NAME),
+        _accelerated(fake_memo.DISPATCH_ATEN_STATS_NAME),
     )
     with arm_accel.enabled() if enabled else arm_accel.disabled():
         program = torch.export.export(module, inputs, dynamic_shapes=dynamic, strict=True)
@@ -110,6 +111,7 @@ def _export(
         _accelerated(fake_memo.DISPATCH_STATS_NAME),
         _accelerated(scoped_calls.EXPORT_STATS_NAME),
         _accelerated(dynamo_meta.STATS_NAME),
+        _accelerated(fake_memo.DISPATCH_ATEN_STATS_NAME),
     )
     return {"program": program, "moved": tuple(b - a for a, b in zip(before, after, strict=True))}
 
@@ -133,7 +135,9 @@ def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> No
     metas), the generated code, the module's attribute names, the signature, state dict,
     constants, module call graph and range constraints equal, and torch's ``<eval_with_key>``
     counter moved as far. The accelerated call ran scoped (the row's count moved; stock's did
-    not) and compiled fewer sources; on the quantized modules the fake memo served calls;
+    not) and compiled fewer sources; on the quantized modules the fake memo served calls, and
+    where a GraphModule is traced it served ``aten`` calls too (none on the dynamic batch:
+    symbolic shapes are not keyed);
     dynamo reused its metas list wherever a GraphModule is traced (never on convnet's module,
     which calls none), and the program's records hold the module's records themselves
     (stock's: copies), where those rows are installed."""
@@ -151,8 +155,10 @@ def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> No
     assert repr(a.module_call_graph) == repr(b.module_call_graph)
     assert str(a.range_constraints) == str(b.range_constraints)
 
-    (stock_ids, stock_compiled, stock_served, stock_calls, stock_reused) = stock["moved"]
-    (our_ids, our_compiled, our_served, our_calls, our_reused) = ours["moved"]
+    (stock_ids, stock_compiled, stock_served, stock_calls, stock_reused, stock_aten) = stock[
+        "moved"
+    ]
+    (our_ids, our_compiled, our_served, our_calls, our_reused, our_aten) = ours["moved"]
     assert stock_ids == our_ids > 0
     assert stock_calls == 0 and our_calls == 1
     quantized = which in ("quantized", "nested")
@@ -161,6 +167,12 @@ def test_export_equals_stock(exported_inputs: dict[str, Case], which: str) -> No
         assert our_compiled < stock_compiled, (our_compiled, stock_compiled)
     if quantized and patches.installed("edge.fake_memo"):
         assert stock_served == 0 < our_served, (stock_served, our_served)
+    if patches.installed("edge.fake_memo"):  # aten calls repeated on static shapes only
+        assert stock_aten == 0, stock_aten
+        if traces_graph_modules:
+            assert our_aten > 0, our_aten
+        if which == "dynamic":
+            assert our_aten == 0, our_aten
     if patches.installed("export.dynamo_meta"):
         assert stock_reused == 0, stock_reused
         assert (our_reused > 0) == traces_graph_modules, our_reused

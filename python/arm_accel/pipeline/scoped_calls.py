@@ -4,7 +4,8 @@ Inside each call the provenance records it makes share their ancestors
 (:func:`arm_accel.runtime.provenance.sharing`), the modules it recompiles generate their code
 once, when used, under the ``<eval_with_key>.N`` numbers stock's recompiles take
 (:func:`arm_accel.pipeline.engine.deferring_recompiles`), and its quantize/dequantize fake
-kernels are served from the fake mode's memo (:func:`arm_accel.runtime.fake_memo.dispatching`).
+kernels are served from the fake mode's memo (:func:`arm_accel.runtime.fake_memo.dispatching`;
+inside ``torch.export`` also the ``aten`` calls stock's cache holds).
 Inside ``torch.export`` dynamo's tracers also rebuild their list of a traced GraphModule's metas
 only when it changed (:func:`arm_accel.runtime.dynamo_meta.tracing`).
 
@@ -44,16 +45,18 @@ def _scoped(
     stats_name: str,
     leaving: Callable[[Any], None],
     extra: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    aten: bool = False,
 ) -> Any:
     """``stock`` inside the three scopes and ``extra``'s, ``leaving`` applied to what it
-    returns; stock's with acceleration off."""
+    returns; stock's with acceleration off. ``aten``: the fake memo serves ``aten`` calls too."""
 
     @functools.wraps(stock)
     def call(*args: Any, **kwargs: Any) -> Any:
         if not switch.is_enabled():
             return stock(*args, **kwargs)
         start = time.perf_counter()
-        with provenance.sharing(), engine.deferring_recompiles(), fake_memo.dispatching(), extra():
+        memo = fake_memo.dispatching(aten)
+        with provenance.sharing(), engine.deferring_recompiles(), memo, extra():
             out = stock(*args, **kwargs)
         leaving(out)
         counters.record_call(stats_name, time.perf_counter() - start, accelerated=True)
@@ -83,7 +86,7 @@ def delegate_call(stock: Callable[..., Any]) -> Any:
 
 def export_call(stock: Callable[..., Any]) -> Any:
     """``torch.export._trace._export_for_training`` inside the scopes (``export.scoped``)."""
-    return _scoped(stock, EXPORT_STATS_NAME, _program_code, dynamo_meta.tracing)
+    return _scoped(stock, EXPORT_STATS_NAME, _program_code, dynamo_meta.tracing, aten=True)
 
 
 __all__ = ["DELEGATE_STATS_NAME", "EXPORT_STATS_NAME", "delegate_call", "export_call"]

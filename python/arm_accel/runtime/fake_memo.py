@@ -14,7 +14,7 @@ import functools
 import logging
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -30,7 +30,6 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from arm_accel.control import counters
 from arm_accel.runtime import grad_counter
-from arm_accel.runtime.scopes import ThreadScope
 
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
 #: positions of the arguments their fake kernels never read (left out of the key, so that nodes
@@ -67,8 +66,12 @@ STATS_NAME = "retrace_engine.fake_memo"
 #: interpreter keyed, ``accelerated`` those served as stock's cache hit.
 ATEN_STATS_NAME = "retrace_engine.fake_memo.aten"
 #: The ``arm_accel.stats()`` entry of the calls served under ``FakeTensorMode.dispatch``
-#: (:func:`dispatching`: the edge stage's decompositions, a delegate call's fake run).
+#: (:func:`dispatching`: the edge stage's decompositions, a delegate call's fake run,
+#: ``torch.export``).
 DISPATCH_STATS_NAME = "fake_memo.dispatch"
+#: The entry of the ``aten`` calls keyed under ``FakeTensorMode.dispatch`` (``torch.export``),
+#: ``accelerated`` those served as stock's cache hit.
+DISPATCH_ATEN_STATS_NAME = "fake_memo.dispatch.aten"
 #: The attribute of a ``FakeTensorMode`` holding its memo (lives and dies with the mode).
 _MEMO_ATTR = "_arm_accel_fake_memo"
 #: Argument types keyed by value (exact types: ``bool`` is not ``int``).
@@ -292,11 +295,13 @@ def _serve_cached(
     args: Any,
     kwargs: Any,
     run: Any,
+    stats_name: str = ATEN_STATS_NAME,
 ) -> tuple[Any, bool | None]:
     """The value of an ``aten`` call (:func:`cached_aten`): served while stock's cache holds
     the entry it served or stored for the same key (True), else dispatched by ``run()`` and
     remembered when stock's cache stored or served a tensor for it (False); dispatched outside
-    the memo (None) when the call cannot be keyed or the mode's cache is not stock's default."""
+    the memo (None) when the call cannot be keyed or the mode's cache is not stock's default.
+    Counted under ``stats_name``."""
     if not mode.cache_enabled or mode.cache_crosscheck_enabled or mode.propagate_real_tensors:
         return run(), None
     tensors: list[FakeTensor] = []
@@ -311,9 +316,9 @@ def _serve_cached(
     if held is not None:
         entry, stock_key, stock_entry = held
         if FakeTensorMode.cache.get(stock_key) is stock_entry:
-            counters.record_call(ATEN_STATS_NAME, 0.0, True)
+            counters.record_call(stats_name, 0.0, True)
             return _made(mode, entry), True
-    counters.record_call(ATEN_STATS_NAME, 0.0, False)
+    counters.record_call(stats_name, 0.0, False)
     seq_nr = grad_counter.now()
     keys: list[tuple[Any, Any]] = []
     with _capturing_cache_keys(mode, keys):
@@ -445,20 +450,38 @@ class Interpreter(fx.Interpreter):
 # (the edge stage's ``run_decompositions``: its quantize/dequantize calls), for a delegate's
 # fake run and for ``torch.export``'s traces (``pipeline/scoped_calls.py``).
 
-_scope = ThreadScope()
+
+class _Dispatching(threading.local):
+    """Per thread: one flag per open :func:`dispatching` block, innermost last (whether its
+    ``aten`` calls are served)."""
+
+    def __init__(self) -> None:
+        self.aten: list[bool] = []
 
 
-def dispatching() -> AbstractContextManager[None]:
+_dispatching = _Dispatching()
+
+
+@contextmanager
+def dispatching(aten: bool = False) -> Iterator[None]:
     """In this block (this thread), ``FakeTensorMode.dispatch`` serves :data:`OPERATORS` from
-    the mode's memo (:func:`install` must have run). Not its ``aten`` calls: most of the
-    decompositions' cache hits are views, which the memo does not serve, and serving the rest
-    measured no faster (MobileNet, llama2)."""
-    return _scope.entered()
+    the mode's memo (:func:`install` must have run), and with ``aten`` the ``aten`` calls
+    stock's cache holds, as the in-place re-trace does (:func:`_serve_cached`). ``torch.export``
+    serves them (its traces repeat calls: 0.13-0.15 s of a ``llama4`` export or re-export);
+    the edge stage's decompositions do not (most of their cache hits are views, which the memo
+    does not serve, and serving the rest measured no faster: MobileNet, llama2). The
+    innermost block decides."""
+    flags = _dispatching.aten
+    flags.append(aten)
+    try:
+        yield
+    finally:
+        flags.pop()
 
 
 def memo_dispatch(stock: Any) -> Any:
-    """``FakeTensorMode.dispatch`` serving :data:`OPERATORS` from the mode's memo inside
-    :func:`dispatching`; stock's elsewhere (the patch table's ``edge.fake_memo`` row)."""
+    """``FakeTensorMode.dispatch`` serving from the mode's memo inside :func:`dispatching`;
+    stock's elsewhere (the patch table's ``edge.fake_memo`` row)."""
     from torch._subclasses import fake_tensor
 
     @functools.wraps(stock)
@@ -466,22 +489,31 @@ def memo_dispatch(stock: Any) -> Any:
         self: FakeTensorMode, func: Any, types: Any, args: Any = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
+        flags = _dispatching.aten
         # Every fake dispatch of the process comes here: outside the block, straight to
         # stock. Stock logs every call at DEBUG level first, which a served call would not.
-        if not _scope.active() or fake_tensor.log.isEnabledFor(logging.DEBUG):
+        if not flags or fake_tensor.log.isEnabledFor(logging.DEBUG):
             return stock(self, func, types, args, kwargs)
 
         def run() -> Any:
             return stock(self, func, types, args, kwargs)
 
         memo = _memo_of(self)
-        return _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)[0]
+        op = cached_aten(func) if flags[-1] else None
+        if op is not None:
+            out, _ = _serve_cached(
+                self, memo, func, op, args, kwargs, run, DISPATCH_ATEN_STATS_NAME
+            )
+        else:
+            out, _ = _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)
+        return out
 
     return dispatch
 
 
 __all__ = [
     "ATEN_STATS_NAME",
+    "DISPATCH_ATEN_STATS_NAME",
     "DISPATCH_STATS_NAME",
     "OPERATORS",
     "STATS_NAME",
