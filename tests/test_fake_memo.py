@@ -87,13 +87,15 @@ def calls() -> list[tuple[Any, Any, Any, dict[str, Any]]]:
          (xt, 0.2, 0, -128, 127, torch.int8), {}),
         (QD.dequantize_per_tensor.default, (q, 0.1, 3, -128, 127, torch.int8),
          (q, 0.5, -3, -10, 10, torch.int8), {}),
+        (QD.dequantize_per_channel.default, (q, x[0, :, 0], i32(3), 1, -128, 127, torch.int8),
+         (q, x[0, 0, :], None, 1, -128, 127, torch.int8), {}),
         (TOSA.RESCALE.default, (q, torch.int32, [0.25], 3, 0), (q, torch.int32, [8.0], 3, 0), {}),
         *((op, args, args, kwargs) for op, args, kwargs in same),
     ]  # fmt: skip
 
 
 #: How many calls :func:`calls` makes (the parametrization below).
-CALLS = 21
+CALLS = 22
 
 
 def test_every_operator_is_covered(mode: FakeTensorMode) -> None:
@@ -130,11 +132,22 @@ def test_ignored_arguments_are_not_read(mode: FakeTensorMode) -> None:
             assert sig(op(t, a, b, c, d, torch.int8)) == sig(op(t, *Q8, torch.int8))
         rescale = TOSA.RESCALE.default
         assert sig(rescale(q, torch.int32, [a], 0, 0)) == sig(rescale(q, torch.int32, [0.5], 0, 0))
+    per_channel = QD.dequantize_per_channel.default
+    expected = sig(
+        per_channel(q, torch.empty(7), torch.zeros(7, dtype=torch.int32), 1, *Q8[2:], torch.int8)
+    )
+    for scales, zero_points in (
+        (torch.empty(3, 2), None),
+        (torch.empty(0, dtype=torch.float64), torch.empty(9, 9)),
+        (torch.empty(7).t(), torch.empty(1, dtype=torch.int8)),
+    ):
+        assert sig(per_channel(q, scales, zero_points, 1, *Q8[2:], torch.int8)) == expected
 
 
 def test_read_arguments_are_in_the_key(mode: FakeTensorMode) -> None:
     """Calls differing in an argument the kernel reads are not served from each other: a new
-    output dtype, input strides, zero point (``RESCALE`` validates it) or TOSA specification."""
+    output dtype, input strides, zero point (``RESCALE`` validates it), a per-channel axis or
+    quantization range (validated) or TOSA specification."""
     x = torch.empty(2, 3)
     q = torch.empty(2, 3, dtype=torch.int8)
     memo = interpreter(mode)
@@ -149,6 +162,17 @@ def test_read_arguments_are_in_the_key(mode: FakeTensorMode) -> None:
     fp = TosaSpecification.create_from_string("TOSA-1.0+FP")
     with TosaLoweringContext(fp), pytest.raises(Exception, match="support integers"):
         memo.call_function(TOSA.RESCALE.default, (q, torch.int32, [0.5], 3, 0), {})
+    per_channel = QD.dequantize_per_channel.default
+    scales = torch.empty(3)
+    memo.call_function(per_channel, (q, scales, None, 1, *Q8[2:], torch.int8), {})
+    out = memo.call_function(
+        per_channel, (q, scales, None, 1, *Q8[2:], torch.int8), {"out_dtype": torch.float16}
+    )
+    assert out.dtype == torch.float16
+    with pytest.raises(Exception, match="axis"):
+        memo.call_function(per_channel, (q, scales, None, 2, *Q8[2:], torch.int8), {})
+    with pytest.raises(Exception, match="quant_min"):
+        memo.call_function(per_channel, (q, scales, None, 1, -129, 127, torch.int8), {})
     assert memo.hits == 0
     rescaled = memo.call_function(TOSA.RESCALE.default, (q, torch.int32, [2.0], 3, 0), {})
     assert rescaled.dtype == torch.int32 and memo.hits == 1

@@ -34,11 +34,13 @@ from arm_accel.runtime import grad_counter
 #: ``namespace::name.overload`` of the operators whose fake kernels are remembered, with the
 #: positions of the arguments their fake kernels never read (left out of the key, so that nodes
 #: differing only in quantization parameters share an entry): the ``quantized_decomposed``
-#: Meta kernels read the input and the output dtype only; ``RESCALE`` reads every argument but
-#: its scales.
+#: per-tensor Meta kernels read the input and the output dtype only, the per-channel one also
+#: the axis and the range it checks, not the scales or zero points; ``RESCALE`` reads every
+#: argument but its scales.
 OPERATORS: dict[str, frozenset[int]] = {
     "quantized_decomposed::quantize_per_tensor.default": frozenset({1, 2, 3, 4}),
     "quantized_decomposed::dequantize_per_tensor.default": frozenset({1, 2, 3, 4}),
+    "quantized_decomposed::dequantize_per_channel.default": frozenset({1, 2}),
     "tosa::RESCALE.default": frozenset({2}),
     "tosa::TABLE.default": frozenset(),
     "tosa::ADD.default": frozenset(),
