@@ -3,7 +3,8 @@
 Compares the collector's state (frozen objects, thresholds) inside and after a scope with what
 it was before: changed inside only with acceleration on and nothing frozen by the process,
 restored exactly when the outermost scope ends, also when the block raises; and which stock
-calls run in a scope (``to_backend``, ``torch.export``, ``to_executorch``). That lowerings
+calls run in a scope (``to_backend``, ``torch.export``, ``to_executorch``, the quantization flow's
+steps). That lowerings
 through these scopes equal stock's is what the every-pass tests check
 (tests/test_retrace_engine.py, tests/test_decompositions.py).
 """
@@ -11,6 +12,7 @@ through these scopes equal stock's is what the every-pass tests check
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import pytest
 from arm_accel.control import switch
@@ -133,4 +135,69 @@ def test_to_executorch_runs_in_a_scope() -> None:
             to_edge(program).to_executorch(ExecutorchBackendConfig(passes=[probe]))
     assert len(seen) == 2, seen
     assert seen[0] == (seen[0][0], False) and seen[0][0] > 0 and seen[1][0] == 0, seen
+    assert gc.get_freeze_count() == 0
+
+
+def _constant_graph() -> Any:
+    """``w * 2`` on a parameter ``w``: a node the constant fold asks its constraint about."""
+    import torch
+
+    graph = torch.fx.Graph()
+    doubled = graph.call_function(torch.ops.aten.mul.Tensor, (graph.get_attr("w"), 2))
+    graph.output(doubled)
+    root = torch.nn.Module()
+    root.w = torch.nn.Parameter(torch.ones(3))
+    return torch.fx.GraphModule(root, graph)
+
+
+def test_quantization_steps_run_in_scopes() -> None:
+    """After activation the steps ``prepare_pt2e`` and ``convert_pt2e`` look up by name open a
+    scope: a probe each step calls (prepare's observer callback, an observer's qparams in the
+    conversion, the constant fold's constraint) sees objects frozen with acceleration on and
+    none with it off."""
+    import copy
+
+    import executorch.backends.arm._passes  # noqa: F401 - triggers the activation hook
+    import torch
+    import torchao.quantization.pt2e.quantize_pt2e as quantize_pt2e
+    from arm_accel.tools import models
+    from torchao.quantization.pt2e.observer import MinMaxObserver, ObserverBase
+
+    seen: dict[str, list[int]] = {"prepare": [], "convert": [], "fold": []}
+
+    class Probe(MinMaxObserver):
+        def calculate_qparams(self) -> tuple[torch.Tensor, torch.Tensor]:
+            seen["convert"].append(gc.get_freeze_count())
+            return super().calculate_qparams()  # type: ignore[no-any-return]
+
+    inputs = (torch.randn(2, 4),)
+    graph = torch.export.export(torch.nn.Linear(4, 3), inputs, strict=True).module(
+        check_guards=False
+    )
+    prepared = quantize_pt2e.prepare_pt2e(copy.deepcopy(graph), models.quantizer("INT"))
+    prepared(*inputs)
+    observer = next(n for n, m in prepared.named_modules() if isinstance(m, ObserverBase))
+    for on in (True, False):
+        with switch.enabled() if on else switch.disabled():
+            quantize_pt2e.prepare(
+                copy.deepcopy(graph),
+                {},
+                False,
+                obs_or_fq_callback=lambda *_: seen["prepare"].append(gc.get_freeze_count()),
+            )
+            module = copy.deepcopy(prepared)
+            probe = Probe(dtype=torch.int8, quant_min=-128, quant_max=127)
+            probe(torch.randn(4))
+            setattr(module, observer, probe)
+            quantize_pt2e._convert_to_reference_decomposed_fx(module)
+
+            def constraint(node: torch.fx.Node) -> bool:
+                seen["fold"].append(gc.get_freeze_count())
+                return True
+
+            quantize_pt2e.constant_fold(_constant_graph(), constraint)
+    for step, counts in seen.items():
+        assert len(counts) >= 2, (step, counts)
+        half = len(counts) // 2
+        assert all(c > 0 for c in counts[:half]) and not any(counts[half:]), (step, counts)
     assert gc.get_freeze_count() == 0

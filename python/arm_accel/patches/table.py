@@ -240,6 +240,8 @@ BUCKETIZE_BINCOUNT = Pin(
     "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
     torch=TORCH_VERSIONS,
 )
+#: prepare_pt2e's and convert_pt2e's module: the callees they look up by name
+_QUANTIZE_PT2E = "torchao.quantization.pt2e.quantize_pt2e"
 # convert_pt2e's constant fold: what happens to a dequantize node's value
 _FOLDER = "torchao.quantization.pt2e.constant_fold:ConstantFolder"
 _DECOMPOSED = "torch.ao.quantization.fx._decomposed"
@@ -521,6 +523,41 @@ GROUPS: tuple[Group, ...] = (
                 "to_executorch runs in the collector's scope",
                 wraps=True,
             ),
+        ),
+    ),
+    Group(
+        name="collector.quantize",
+        layer="runtime",
+        why="no full garbage collection of the heap alive when a step of the quantization "
+        "flow starts",
+        independent=True,
+        rows=tuple(
+            Patch(
+                f"collector.quantize.{name.strip('_')}",
+                _QUANTIZE_PT2E,
+                name,
+                f"{_PKG}.runtime.collector:collecting",
+                f"{what} runs in the collector's scope",
+                wraps=True,
+                bound=origin,
+            )
+            for name, origin, what in (
+                (
+                    "prepare",
+                    "torchao.quantization.pt2e.prepare:prepare",
+                    "prepare_pt2e's observer insertion",
+                ),
+                (
+                    "_convert_to_reference_decomposed_fx",
+                    "torchao.quantization.pt2e.convert:_convert_to_reference_decomposed_fx",
+                    "convert_pt2e's conversion",
+                ),
+                (
+                    "constant_fold",
+                    "torchao.quantization.pt2e.constant_fold:constant_fold",
+                    "convert_pt2e's constant fold",
+                ),
+            )
         ),
     ),
     Group(
