@@ -134,7 +134,7 @@ def test_to_executorch_runs_in_a_scope() -> None:
         with switch.enabled() if on else switch.disabled():
             to_edge(program).to_executorch(ExecutorchBackendConfig(passes=[probe]))
     assert len(seen) == 2, seen
-    assert seen[0] == (seen[0][0], False) and seen[0][0] > 0 and seen[1][0] == 0, seen
+    assert seen[0][0] > 0 and not seen[0][1] and seen[1][0] == 0, seen
     assert gc.get_freeze_count() == 0
 
 

@@ -5,8 +5,9 @@ an accelerated llama8 lowering, 0.3-0.9 s per collection of a ``llama4`` script.
 :func:`collecting_less` the objects alive on entry are frozen and the oldest generation's
 threshold is raised to :data:`OLD_GENERATION_THRESHOLD`; the outermost scope puts both back.
 Its scopes: the lowering (:func:`lowering`: the edge stage, ``to_backend``, the Arm pipeline),
-``torch.export`` and ``to_executorch``. Off with acceleration, with the collector disabled, or
-when the process froze objects itself (design.md, "The garbage collector during a lowering").
+``torch.export``, ``to_executorch`` and the quantization flow's steps. Off with acceleration,
+with the collector disabled, or when the process froze objects itself (design.md, "The garbage
+collector during a lowering").
 """
 
 from __future__ import annotations
@@ -68,31 +69,30 @@ def lowering() -> Iterator[None]:
         yield
 
 
+def _in_scope(stock: Any, scope: Any) -> Any:
+    """``stock`` run inside ``scope()``."""
+
+    @functools.wraps(stock)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with scope():
+            return stock(*args, **kwargs)
+
+    return call
+
+
 def scoped(stock: Any) -> Any:
     """``EdgeProgramManager.to_backend`` (partitioning, the Arm pipeline in the backend's
     preprocess, serialization) in :func:`lowering`'s scope (the patch table's
     ``collector.to_backend`` row); the edge stage and ``ArmPassManager._transform`` open their
     own scopes where arm-accel already wraps them."""
-
-    @functools.wraps(stock)
-    def to_backend(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with lowering():
-            return stock(self, *args, **kwargs)
-
-    return to_backend
+    return _in_scope(stock, lowering)
 
 
 def collecting(stock: Any) -> Any:
-    """``stock`` (``torch.export``'s ``_export``, ``EdgeProgramManager.to_executorch``) in
-    :func:`collecting_less`'s scope, not marked as lowering (the ``collector.export`` and
-    ``collector.to_executorch`` rows)."""
-
-    @functools.wraps(stock)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with collecting_less():
-            return stock(*args, **kwargs)
-
-    return call
+    """``stock`` (``torch.export``'s ``_export``, ``EdgeProgramManager.to_executorch``, the
+    quantization flow's steps) in :func:`collecting_less`'s scope, not marked as lowering (the
+    ``collector.export``, ``collector.to_executorch`` and ``collector.quantize`` rows)."""
+    return _in_scope(stock, collecting_less)
 
 
 def _begin() -> tuple[int, int, int] | None:

@@ -297,7 +297,7 @@ def _serve_cached(
     args: Any,
     kwargs: Any,
     run: Any,
-    stats_name: str = ATEN_STATS_NAME,
+    stats_name: str,
 ) -> tuple[Any, bool | None]:
     """The value of an ``aten`` call (:func:`cached_aten`): served while stock's cache holds
     the entry it served or stored for the same key (True), else dispatched by ``run()`` and
@@ -419,6 +419,25 @@ def _memo_of(mode: FakeTensorMode) -> dict[Any, tuple[Any, ...] | None]:
     return memo  # type: ignore[no-any-return]
 
 
+def _serve_any(
+    mode: FakeTensorMode,
+    memo: dict[Any, Any],
+    target: Any,
+    args: Any,
+    kwargs: Any,
+    run: Any,
+    stats_name: str,
+    aten_stats_name: str | None,
+) -> tuple[Any, bool | None]:
+    """The value of ``target(*args, **kwargs)`` in ``mode``: an ``aten`` call stock's cache may
+    hold by :func:`_serve_cached` (counted under ``aten_stats_name``; None: ``aten`` calls are
+    not served), any other by :func:`_serve` (under ``stats_name``)."""
+    op = cached_aten(target) if aten_stats_name is not None else None
+    if op is not None:
+        return _serve_cached(mode, memo, target, op, args, kwargs, run, aten_stats_name)
+    return _serve(mode, memo, target, args, kwargs, run, stats_name)
+
+
 class Interpreter(fx.Interpreter):
     """The interpreter ``_ExportPassBase._fx`` dispatches through, remembering the fake values
     of :data:`OPERATORS` and of the ``aten`` calls stock's cache holds in ``mode``."""
@@ -436,11 +455,9 @@ class Interpreter(fx.Interpreter):
 
         if not _active(self.mode):
             return run()
-        op = cached_aten(target)
-        if op is not None:
-            out, served = _serve_cached(self.mode, self.memo, target, op, args, kwargs, run)
-        else:
-            out, served = _serve(self.mode, self.memo, target, args, kwargs, run)
+        out, served = _serve_any(
+            self.mode, self.memo, target, args, kwargs, run, STATS_NAME, ATEN_STATS_NAME
+        )
         if served is not None:
             self.hits += served
             self.misses += not served
@@ -500,14 +517,10 @@ def memo_dispatch(stock: Any) -> Any:
         def run() -> Any:
             return stock(self, func, types, args, kwargs)
 
-        memo = _memo_of(self)
-        op = cached_aten(func) if flags[-1] else None
-        if op is not None:
-            out, _ = _serve_cached(
-                self, memo, func, op, args, kwargs, run, DISPATCH_ATEN_STATS_NAME
-            )
-        else:
-            out, _ = _serve(self, memo, func, args, kwargs, run, DISPATCH_STATS_NAME)
+        aten_stats_name = DISPATCH_ATEN_STATS_NAME if flags[-1] else None
+        out, _ = _serve_any(
+            self, _memo_of(self), func, args, kwargs, run, DISPATCH_STATS_NAME, aten_stats_name
+        )
         return out
 
     return dispatch
