@@ -40,7 +40,9 @@ def _bits(t: torch.Tensor) -> tuple[Any, ...]:
 
 
 def _state(obs: HistogramObserver) -> list[Any]:
-    return [_bits(obs.histogram), _bits(obs.min_val), _bits(obs.max_val)]
+    """The buffers' values, and their version counters (stock's in-place writes bump them)."""
+    buffers = (obs.histogram, obs.min_val, obs.max_val)
+    return [_bits(t) for t in buffers] + [t._version for t in buffers]
 
 
 def _outcome(obs: HistogramObserver, x: torch.Tensor) -> tuple[str, Any]:
@@ -117,6 +119,44 @@ def test_forward_identical(
         assert _state(ours) == _state(stock_obs)
 
 
+@pytest.mark.parametrize("bins", [2048, 37, 1])
+def test_one_value_range_identical(bins: int) -> None:
+    """An observer that has seen a single value ``c`` (its range ``[c, c]``) fed more batches
+    of ``c`` (``histc`` then widens the range to ``(c - 1, c + 1)``), signed zeros among them:
+    stock's and the accelerated observer's histograms and version counters are bit-identical.
+    Every batch is counted as accelerated where ``c - 1`` and ``c + 1`` stay apart in float32;
+    where they round to one value (``|c| >= 2^24``) the batches run stock's code."""
+    apart = [0.0, -0.0, 1.0, -1.0, 0.5, 3.3, -7.25, 1e-30, -5e-30, 1e6, -1.6e7]
+    together = [3e7, 1e20, 3e38]
+    for c in apart + together:
+        stock_obs, ours = HistogramObserver(bins=bins), HistogramObserver(bins=bins)
+        xs = [torch.full((n,), c) for n in (5, 1, 300)] + [torch.tensor([c, -c][: 1 + (c == 0)])]
+        with arm_accel.disabled():
+            for x in xs:
+                stock_obs(x)
+        before = counters.snapshot().get(observe.FORWARD_STATS_NAME)
+        for x in xs:
+            ours(x)
+        after = counters.snapshot()[observe.FORWARD_STATS_NAME]
+        assert _state(ours) == _state(stock_obs), c
+        was = before.accelerated if before is not None else 0
+        assert after.accelerated - was == (len(xs) if c in apart else 0), c
+
+
+def test_in_place_declines_leave_the_histogram() -> None:
+    """Batches the in-place path declines (a value outside the range, a NaN) leave the
+    observer as stock's general path leaves it: the states equal stock's after each."""
+    g = torch.Generator().manual_seed(3)
+    first = torch.randn(500, generator=g)
+    later = [first * 0.5, torch.tensor([0.0, 100.0]), first * 0.25, torch.tensor([0.1, math.nan])]
+    stock_obs, ours = HistogramObserver(), HistogramObserver()
+    for x in [first, *later]:
+        with arm_accel.disabled():
+            expected = _outcome(stock_obs, x)
+        assert _outcome(ours, x) == expected
+        assert _state(ours) == _state(stock_obs)
+
+
 def test_forward_took_the_native_path() -> None:
     """Every batch is observed natively: the first (the histogram's reset), those inside the
     observed range, and growing ones (stock's forward with a native histc and upscale); the
@@ -189,3 +229,30 @@ def test_upscale_identical(
     with arm_accel.disabled():
         expected = run()
     assert run() == expected
+
+
+def test_native_failure_falls_back(lenient: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-place kernel failing on a same-range batch (not strict): the batch is observed
+    by stock's ``forward``, the observer's state equal to a stock observer's, the failure
+    counted; under ``ARM_ACCEL_STRICT=1`` it raises instead."""
+    from arm_accel import _native
+    from arm_accel.quantize.patch import NativeFailed
+
+    def fail(*args: Any) -> None:
+        raise ValueError("injected")
+
+    g = torch.Generator().manual_seed(5)
+    first = torch.randn(400, generator=g)
+    stock_obs, ours = HistogramObserver(), HistogramObserver()
+    with arm_accel.disabled():
+        stock_obs(first)
+        stock_obs(first * 0.5)
+    ours(first)
+    monkeypatch.setattr(_native, "histogram_observe_in_place", fail)
+    ours(first * 0.5)
+    assert _state(ours) == _state(stock_obs)
+    reasons = counters.snapshot()[observe.FORWARD_STATS_NAME].fallbacks
+    assert any(r.startswith("native kernel failed") for r in reasons), reasons
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    with pytest.raises(NativeFailed):
+        ours(first * 0.5)

@@ -312,6 +312,18 @@ def histogram_observe(
     on mismatched lengths.
     """
 
+def histogram_observe_in_place(
+    x: npt.NDArray[np.float32],
+    min_val: float,
+    max_val: float,
+    left: float,
+    right: float,
+    hist: npt.NDArray[np.float32],
+) -> str:
+    """:func:`histogram_observe` with the sum written over ``hist``: every count is taken
+    before ``hist`` is written, so a batch that is not modelled leaves it untouched. Returns
+    ``"added"`` or ``"not modelled: <why>"``."""
+
 def histogram_upscale(
     hist: npt.NDArray[np.float32],
     upsample: int,

@@ -8,7 +8,7 @@ use super::{checked_array, guarded, slice};
 use crate::quantize::affine::{self, Code, NotModelled};
 use crate::quantize::error::{error_terms, Terms};
 use crate::quantize::histogram::{next_candidate, Walk};
-use crate::quantize::observe::{observe_in_range, upscale, Observed};
+use crate::quantize::observe::{observe_in_range, observe_in_range_in_place, upscale, Observed};
 use crate::quantize::reduce::{torch_cumsum, torch_sum, LANES};
 use crate::quantize::search::{search, Searched};
 
@@ -246,6 +246,41 @@ fn histogram_observe(
     })
 }
 
+/// [`histogram_observe`] with the sum written over `hist` (a writeable float32 array): the
+/// batch's counts are all taken before `hist` is written, so a batch that is not modelled
+/// leaves it untouched. Returns `"added"` or `"not modelled: <why>"`.
+#[pyfunction]
+fn histogram_observe_in_place(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    min_val: f32,
+    max_val: f32,
+    left: f32,
+    right: f32,
+    hist: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("histogram_observe_in_place", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let x = slice(&x);
+        let mut hist = writeable(hist, "hist")?;
+        let hist = hist
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if hist.is_empty() {
+            return Err(PyValueError::new_err("hist has no elements"));
+        }
+        if !(left < right && (right - left).is_finite()) {
+            return Ok("not modelled: bin edges are not a finite increasing range".to_string());
+        }
+        let observed =
+            py.detach(|| observe_in_range_in_place(x, min_val, max_val, left, right, hist));
+        Ok(match observed {
+            Observed::Added => "added".to_string(),
+            Observed::NotModelled(why) => format!("not modelled: {why}"),
+        })
+    })
+}
+
 /// `HistogramObserver._upscale_histogram`'s bucketing and sum into `out` (float32, `bins`):
 /// `hist` repeated `upsample` times over `upsample`, bucketed by
 /// `torch.bucketize(mids, boundaries, right=True) - 1` clamped to the bins, summed per bucket
@@ -476,6 +511,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(histogram_search, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_torch_sums, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_observe, m)?)?;
+    m.add_function(wrap_pyfunction!(histogram_observe_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_upscale, m)?)?;
     Ok(())
 }

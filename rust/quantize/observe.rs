@@ -41,18 +41,59 @@ pub fn observe_in_range(
     hist: &[f32],
     out: &mut [f32],
 ) -> Observed {
+    match histc_in_range(x, min_val, max_val, left, right, hist.len()) {
+        Ok(counts) => {
+            for ((o, &h), &c) in out.iter_mut().zip(hist).zip(&counts) {
+                *o = h + c as f32;
+            }
+            Observed::Added
+        }
+        Err(why) => Observed::NotModelled(why),
+    }
+}
+
+/// [`observe_in_range`] with the sum written over `hist` itself: every count is taken before
+/// the first write, so `hist` is untouched when the batch is not modelled.
+pub fn observe_in_range_in_place(
+    x: &[f32],
+    min_val: f32,
+    max_val: f32,
+    left: f32,
+    right: f32,
+    hist: &mut [f32],
+) -> Observed {
+    match histc_in_range(x, min_val, max_val, left, right, hist.len()) {
+        Ok(counts) => {
+            for (h, &c) in hist.iter_mut().zip(&counts) {
+                *h += c as f32;
+            }
+            Observed::Added
+        }
+        Err(why) => Observed::NotModelled(why),
+    }
+}
+
+/// `torch.histc(x, bins)`'s counts with the bin edges `left`/`right`, if every value of `x`
+/// is finite and inside `[min_val, max_val]`; else why not.
+fn histc_in_range(
+    x: &[f32],
+    min_val: f32,
+    max_val: f32,
+    left: f32,
+    right: f32,
+    bins: usize,
+) -> Result<Vec<u32>, &'static str> {
     if x.len() >= 1 << 24 {
-        return Observed::NotModelled("batch of 2^24 elements or more");
+        return Err("batch of 2^24 elements or more");
     }
     for &v in x {
         if !v.is_finite() {
-            return Observed::NotModelled("a value is infinite or NaN");
+            return Err("a value is infinite or NaN");
         }
         if v < min_val || v > max_val {
-            return Observed::NotModelled("the range grows");
+            return Err("the range grows");
         }
     }
-    let bins = hist.len();
     let last = bins as i64;
     let scale = bins as f32; // `num_bin_edges - 1`, int64 to float
     let width = right - left;
@@ -65,7 +106,7 @@ pub fn observe_in_range(
         if !scaled.is_finite() {
             // torch's int64 cast of an overflowed value is undefined (x86: i64::MIN, which its
             // pointer arithmetic happens to wrap onto bin 0): left to stock.
-            return Observed::NotModelled("a bin position overflows float32");
+            return Err("a bin position overflows float32");
         }
         // static_cast<int64_t> truncates: 0 <= pos <= bins here (bins: the last edge).
         let mut pos = (scaled / width) as i64;
@@ -73,14 +114,11 @@ pub fn observe_in_range(
             pos -= 1;
         }
         let Some(count) = usize::try_from(pos).ok().and_then(|p| counts.get_mut(p)) else {
-            return Observed::NotModelled("a bin position outside the histogram");
+            return Err("a bin position outside the histogram");
         };
         *count += 1;
     }
-    for ((o, &h), &c) in out.iter_mut().zip(hist).zip(&counts) {
-        *o = h + c as f32;
-    }
-    Observed::Added
+    Ok(counts)
 }
 
 /// torch's `cus_upper_bound`: the binary search of `torch.bucketize(right=True)`. Its
@@ -167,6 +205,22 @@ mod tests {
         let got = observe_in_range(&[0.0, 1.0, 0.5, 0.25], 0.0, 1.0, 0.0, 1.0, &hist, &mut out);
         assert_eq!(got, Observed::Added);
         assert_eq!(out, [1.0, 1.0, 1.0, 1.0]);
+    }
+
+    #[test]
+    fn in_place_equals_the_two_buffer_form_and_leaves_declined_batches() {
+        let hist = [3.0f32, 0.0, 1.0, 7.0];
+        let x = [0.1f32, 0.9, 0.5, 0.5, 1.0];
+        let mut out = [0.0f32; 4];
+        let mut in_place = hist;
+        let a = observe_in_range(&x, 0.0, 1.0, 0.0, 1.0, &hist, &mut out);
+        let b = observe_in_range_in_place(&x, 0.0, 1.0, 0.0, 1.0, &mut in_place);
+        assert_eq!((a, b), (Observed::Added, Observed::Added));
+        assert_eq!(out, in_place);
+        let mut kept = hist;
+        let got = observe_in_range_in_place(&[0.5, 2.0], 0.0, 1.0, 0.0, 1.0, &mut kept);
+        assert!(matches!(got, Observed::NotModelled(_)));
+        assert_eq!(kept, hist);
     }
 
     #[test]

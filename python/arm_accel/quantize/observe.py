@@ -2,24 +2,27 @@
 work in Rust.
 
 A batch inside the observed range only adds ``torch.histc(x, bins, min_val, max_val)`` to the
-histogram: :func:`forward` counts it natively with ``histc``'s own bin edges and writes the sums
-back with stock's last two calls. Other batches run stock's ``forward`` statement for statement
-(:func:`observe`) with ``histc`` native; :func:`upscale_histogram` is stock's re-bucketing with
-``bucketize`` and ``bincount`` native. Why the histograms are stock's: design.md, "The
-quantization flow".
+histogram: :func:`observe_in_range` counts it natively with ``histc``'s own bin edges and adds
+the counts in the histogram's storage, its version bumped as stock's ``copy_`` bumps it. Other
+batches run stock's ``forward`` statement for statement (:func:`observe`) with ``histc``
+native; :func:`upscale_histogram` is stock's re-bucketing with ``bucketize`` and ``bincount``
+native. Why the histograms are stock's: design.md, "The quantization flow".
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import Any
 
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
 from arm_accel import _native
-from arm_accel.quantize.patch import modes_active, native, run_accelerated
+from arm_accel.control import counters, switch
+from arm_accel.quantize.patch import NativeFailed, modes_active, native, run_accelerated
 
 #: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
 #: re-bucketed histogram.
@@ -92,42 +95,85 @@ def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
     return found
 
 
-def observe_in_range(observer: Any, x_orig: torch.Tensor) -> str | None:
-    """Stock's same-range ``forward`` of ``x_orig`` done natively; None when done, else why
-    not (nothing changed). The observer passed :func:`forward_decline_reason`."""
-    histogram, min_val, max_val = _state(observer)  # type: ignore[misc]
+def _histc_range_edges(lo: float, hi: float, bins: int) -> tuple[float, float] | None:
+    """The first and last bin edges of ``torch.histc(x, bins, lo, hi)`` for a batch ``x``
+    inside ``[lo, hi]`` (the native kernel checks that), or None for a range it does not
+    model. ``lo == hi``: every value is ``lo``, the extremes torch then takes from the batch,
+    and torch widens them to ``(lo - 1, hi + 1)`` in double precision."""
+    if lo < hi and hi - lo != math.inf:
+        return _histc_edges(lo, hi, bins)
+    if lo == hi and math.isfinite(lo):
+        return _histc_edges(lo - 1.0, hi + 1.0, bins)
+    return None
+
+
+def observe_in_range(observer: Any, x_orig: Any) -> bool:
+    """Stock's same-range ``forward`` of ``x_orig`` (most batches): ``torch.histc`` of the
+    batch with the observed range's edges (for a one-value range the edges ``histc`` widens it
+    to) added to the histogram natively, in its own storage. True when done and counted;
+    False when not taken, nothing changed (the general path decides).
+
+    Stock's last two calls of this path are ``histogram.detach_().resize_(shape)``, no-ops on
+    the 1-d contiguous, non-view tensor without grad this path requires, and ``copy_``, whose
+    version bump is kept. Why the counts are ``histc``'s: design.md, "The quantization flow".
+    """
+    t0 = time.perf_counter()
+    if not (
+        type(x_orig) is torch.Tensor
+        and x_orig.dtype == torch.float32
+        and x_orig.is_cpu
+        and x_orig.layout is torch.strided
+        and x_orig.numel() > 0
+    ):
+        return False
+    state = _state(observer)
+    bins = observer.bins
+    if state is None or type(bins) is not int or not 0 < bins < 32768:
+        return False
+    histogram, min_val, max_val = state
+    if not (
+        type(histogram) is torch.Tensor
+        and histogram.dtype == torch.float32
+        and histogram.is_cpu
+        and histogram.layout is torch.strided
+        and histogram.dim() == 1
+        and histogram.numel() == bins
+        and histogram.is_contiguous()
+        and not histogram.requires_grad
+        and not histogram._is_view()
+        and not histogram.is_inference()
+        and _plain_float32(min_val)
+        and _plain_float32(max_val)
+        and min_val.dim() == 0
+        and max_val.dim() == 0
+    ):
+        return False
+    if modes_active() or torch.is_inference_mode_enabled():
+        return False
     lo, hi = min_val.item(), max_val.item()
-    if not lo < hi or hi - lo == float("inf"):
-        # uninitialized (inf, -inf), one value seen, NaN or an infinite width: stock's paths
-        return "range empty, uninitialized or not finite"
-    left, right = _histc_edges(lo, hi, observer.bins)
+    edges = _histc_range_edges(lo, hi, bins)
+    if edges is None:
+        return False  # uninitialized (inf, -inf), NaN or an infinite width: stock's paths
+    left, right = edges
     # histc's counts do not depend on the order of the values: a flat view, or a copy
     x = x_orig.detach().numpy().ravel()
-    combined = torch.empty_like(histogram)
-    outcome: str = native(
-        _native.histogram_observe,
-        x,
-        lo,
-        hi,
-        left,
-        right,
-        histogram.detach().numpy(),
-        combined.numpy(),
+    outcome = native(
+        _native.histogram_observe_in_place, x, lo, hi, left, right, histogram.detach().numpy()
     )
     if outcome != "added":
-        return outcome
-    # stock's last two calls of this path
-    histogram.detach_().resize_(combined.shape)
-    histogram.copy_(combined)
-    return None
+        return False
+    increment_version(histogram)  # stock's copy_
+    counters.record_call(FORWARD_STATS_NAME, time.perf_counter() - t0, True)
+    return True
 
 
 def histc(x: Any, lo: float, hi: float, bins: int) -> torch.Tensor | str:
     """``torch.histc(x, bins, min=lo, max=hi)`` of the flat float32 array ``x``, all of whose
     values are finite and inside ``[lo, hi]``, ``lo < hi``; or why it is not modelled."""
-    if not lo < hi:
-        return "histc of an empty range (it widens it by the input's own extremes)"
-    left, right = _histc_edges(lo, hi, bins)
+    edges = _histc_range_edges(lo, hi, bins)
+    if edges is None:
+        return "histc of a range that is empty, not finite or of infinite width"
+    left, right = edges
     counts = torch.empty(bins, dtype=torch.float32)
     zeros = np.zeros(bins, dtype=np.float32)
     outcome: str = native(_native.histogram_observe, x, lo, hi, left, right, zeros, counts.numpy())
@@ -202,11 +248,18 @@ def forward(stock: Any) -> Any:
 
     @functools.wraps(stock)
     def observer_forward(self: Any, x_orig: torch.Tensor) -> torch.Tensor:
+        if switch.is_enabled():
+            try:
+                if observe_in_range(self, x_orig):
+                    return x_orig
+            except NativeFailed as exc:
+                if switch.strict():
+                    counters.record_fallback(FORWARD_STATS_NAME, "strict: native kernel failed")
+                    raise
+                counters.record_fallback(FORWARD_STATS_NAME, f"native kernel failed: {exc}")
+                return _stock_forward(stock, self, x_orig)
+
         def accelerated() -> tuple[bool, Any]:
-            # The lean same-range path first (most batches), else stock's forward with a
-            # native histc.
-            if observe_in_range(self, x_orig) is None:
-                return True, x_orig
             reason = observe(self, x_orig)
             return (True, x_orig) if reason is None else (False, reason)
 
@@ -218,6 +271,15 @@ def forward(stock: Any) -> Any:
         )
 
     return observer_forward
+
+
+def _stock_forward(stock: Any, observer: Any, x_orig: torch.Tensor) -> Any:
+    """Stock's ``forward``, counted as a call not accelerated."""
+    t0 = time.perf_counter()
+    try:
+        return stock(observer, x_orig)
+    finally:
+        counters.record_call(FORWARD_STATS_NAME, time.perf_counter() - t0, False)
 
 
 def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str | None:
