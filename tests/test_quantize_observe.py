@@ -75,7 +75,7 @@ batches = st.lists(
         st.sampled_from([0.0, 1.0, -3.0, 1e6]),
         st.integers(1, 3000),
         st.integers(0, 2**16),
-        st.sampled_from(["flat", "2d", "strided"]),
+        st.sampled_from(["flat", "2d", "strided", "parameter"]),
     ),
     min_size=1,
     max_size=12,
@@ -83,7 +83,10 @@ batches = st.lists(
 
 
 def _shaped(x: torch.Tensor, shape: str) -> torch.Tensor:
-    """The batch flat, as a 2-d tensor, or as a non-contiguous view."""
+    """The batch flat, as a 2-d tensor, as a non-contiguous view, or as a parameter (the Arm
+    quantizer observes some weights with a ``HistogramObserver``)."""
+    if shape == "parameter":
+        return torch.nn.Parameter(x)
     if shape == "2d" and x.numel() % 2 == 0:
         return x.view(2, -1)
     if shape == "strided" and x.numel() >= 2:
@@ -102,9 +105,10 @@ def test_forward_identical(
     data: list[tuple[Any, ...]], tail: str | None, bins: int, upsample: int
 ) -> None:
     """Two observers fed the same batches (normal, uniform, heavy-tailed, constant, zeros of
-    both signs; tiny to huge scales; flat, 2-d and strided; a last batch with infinities or
-    NaN), one stock, one accelerated: after every batch the histogram, min_val and max_val are
-    bit-identical, the return value is the input, or both raise the same."""
+    both signs; tiny to huge scales; flat, 2-d, strided and parameters; a last batch with
+    infinities or NaN), one stock, one accelerated: after every batch the histogram, min_val,
+    max_val and their version counters are identical, the return value is the input, or both
+    raise the same."""
     stock_obs = HistogramObserver(bins=bins)
     ours = HistogramObserver(bins=bins)
     stock_obs.upsample_rate = ours.upsample_rate = upsample
@@ -160,10 +164,11 @@ def test_in_place_declines_leave_the_histogram() -> None:
 def test_forward_took_the_native_path() -> None:
     """Every batch is observed natively: the first (the histogram's reset), those inside the
     observed range, and growing ones (stock's forward with a native histc and upscale); the
-    results equal stock's."""
+    results equal stock's. The last batch is a parameter."""
     stock_obs, ours = HistogramObserver(), HistogramObserver()
     g = torch.Generator().manual_seed(0)
     batches = [torch.randn(1000, generator=g) * s for s in (1.0, 0.5, 0.7, 2.0, 1.5)]
+    batches.append(torch.nn.Parameter(batches[0] * 0.5))
     with arm_accel.disabled():
         for x in batches:
             stock_obs(x)

@@ -56,10 +56,25 @@ def _state(observer: Any) -> tuple[Any, Any, Any] | None:
 _STATE = ("histogram", "min_val", "max_val")
 
 
+def _plain_input(x: Any) -> bool:
+    """``x`` is a non-empty strided float32 CPU tensor or parameter (``Parameter`` disables
+    torch functions, and stock's ``forward`` first takes ``x.detach()``, a plain tensor)."""
+    return (
+        type(x) in _INPUT_TYPES
+        and x.dtype == torch.float32
+        and x.is_cpu
+        and x.layout is torch.strided
+        and x.numel() > 0
+    )
+
+
+_INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def forward_decline_reason(observer: Any, x: Any) -> str | None:
     """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
-    if not _plain_float32(x) or x.numel() == 0:
-        return "input is not a non-empty float32 CPU tensor"
+    if not _plain_input(x):
+        return "input is not a non-empty float32 CPU tensor or parameter"
     state = _state(observer)
     bins = observer.bins
     if state is None:
@@ -118,13 +133,7 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
     version bump is kept. Why the counts are ``histc``'s: design.md, "The quantization flow".
     """
     t0 = time.perf_counter()
-    if not (
-        type(x_orig) is torch.Tensor
-        and x_orig.dtype == torch.float32
-        and x_orig.is_cpu
-        and x_orig.layout is torch.strided
-        and x_orig.numel() > 0
-    ):
+    if not _plain_input(x_orig):
         return False
     state = _state(observer)
     bins = observer.bins
