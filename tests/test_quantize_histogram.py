@@ -457,9 +457,9 @@ def test_state_reads_are_attribute_reads() -> None:
         obs(torch.randn(100))
     vars(redirecting)["redirect"] = True
     for obs in (plain, shadowed, redirecting):
-        got = qh._read_state(obs)
+        got = qh.read_state(obs)
         want = (obs.histogram, obs.min_val, obs.max_val, obs.bins, obs.dst_nbins)
         for a, b in zip(got, want, strict=True):
             assert a is b or (isinstance(a, torch.Tensor) and torch.equal(a, b)), (a, b)
-    assert qh._read_state(shadowed)[2] is vars(shadowed)["max_val"]
-    assert qh._read_state(redirecting)[1].item() == -5.0
+    assert qh.read_state(shadowed)[2] is vars(shadowed)["max_val"]
+    assert qh.read_state(redirecting)[1].item() == -5.0

@@ -261,3 +261,36 @@ def test_native_failure_falls_back(lenient: None, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
     with pytest.raises(NativeFailed):
         ours(first * 0.5)
+
+
+def test_forward_reads_state_as_attributes() -> None:
+    """Observers whose state attribute reads do not find in ``_buffers`` (an instance
+    attribute shadowing ``max_val``; a subclass whose ``__getattr__`` redirects ``min_val``)
+    observe batches as stock's ``forward`` does: the same outcome and state as a stock
+    observer built the same way, after each batch."""
+
+    class Redirecting(HistogramObserver):
+        def __getattr__(self, name: str) -> Any:
+            if name == "min_val" and vars(self).get("redirect") is not None:
+                return vars(self)["redirect"]
+            return super().__getattr__(name)
+
+    def shadowed() -> HistogramObserver:
+        obs = HistogramObserver()
+        vars(obs)["max_val"] = torch.tensor(float("-inf"))
+        return obs
+
+    def redirecting() -> HistogramObserver:
+        obs = Redirecting()
+        vars(obs)["redirect"] = torch.tensor(float("inf"))
+        return obs
+
+    g = torch.Generator().manual_seed(7)
+    xs = [torch.randn(300, generator=g) * s for s in (1.0, 0.5, 2.0, 0.25)]
+    for build in (shadowed, redirecting):
+        stock_obs, ours = build(), build()
+        for x in xs:
+            with arm_accel.disabled():
+                expected = _outcome(stock_obs, x)
+            assert _outcome(ours, x) == expected
+            assert _state(ours) == _state(stock_obs)

@@ -212,7 +212,7 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
     ``max_val.item()``, ``dst_nbins``), or why it does not model ``observer``: what
     :func:`decline_reason` and :func:`_native_errors` ask, and a 0-dim float32 CPU range
     without grad (the (min, max) it returns are such tensors), each attribute read once."""
-    hist, lo, hi, bins, dst_nbins = _read_state(observer)
+    hist, lo, hi, bins, dst_nbins = read_state(observer)
     plain = torch.Tensor
     if type(hist) is not plain or type(lo) is not plain or type(hi) is not plain:
         return "histogram or range not plain tensors"
@@ -249,7 +249,7 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
 _module_lookup: dict[type, bool] = {}
 
 
-def _read_state(observer: Any) -> tuple[Any, Any, Any, Any, Any]:
+def read_state(observer: Any) -> tuple[Any, Any, Any, Any, Any]:
     """``observer``'s histogram, min_val, max_val, bins and dst_nbins, as attribute reads give
     them: from the instance's ``_buffers`` and ``__dict__`` where that is what
     ``Module.__getattr__`` would return (the buffers not shadowed by an instance attribute or
@@ -405,6 +405,7 @@ __all__ = [
     "decline_reason",
     "dispatching",
     "install_check",
+    "read_state",
     "search",
     "stock_method",
     "sum_lanes",

@@ -22,6 +22,7 @@ from torch.autograd.graph import increment_version
 
 from arm_accel import _native
 from arm_accel.control import counters, switch
+from arm_accel.quantize.histogram import read_state
 from arm_accel.quantize.patch import NativeFailed, modes_active, native, run_accelerated
 
 #: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
@@ -41,21 +42,6 @@ def _plain_float32(t: Any) -> bool:
     return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_cpu
 
 
-def _state(observer: Any) -> tuple[Any, Any, Any] | None:
-    """The observer's ``histogram``, ``min_val`` and ``max_val`` buffers as attribute lookup
-    finds them (from ``_buffers``, none shadowed in the instance dict), or None."""
-    buffers = vars(observer).get("_buffers")
-    if buffers is None:
-        return None
-    state = buffers.get("histogram"), buffers.get("min_val"), buffers.get("max_val")
-    if any(t is None for t in state) or not vars(observer).keys().isdisjoint(_STATE):
-        return None
-    return state
-
-
-_STATE = ("histogram", "min_val", "max_val")
-
-
 def _plain_input(x: Any) -> bool:
     """``x`` is a non-empty strided float32 CPU tensor or parameter (``Parameter`` disables
     torch functions, and stock's ``forward`` first takes ``x.detach()``, a plain tensor)."""
@@ -71,15 +57,24 @@ def _plain_input(x: Any) -> bool:
 _INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
 
 
+def _state(observer: Any) -> tuple[Any, Any, Any, Any] | None:
+    """The observer's ``histogram``, ``min_val``, ``max_val`` and ``bins`` as attribute reads
+    give them, or None where one is missing (stock's ``forward`` then raises its own error)."""
+    try:
+        histogram, min_val, max_val, bins, _ = read_state(observer)
+    except AttributeError:
+        return None
+    return histogram, min_val, max_val, bins
+
+
 def forward_decline_reason(observer: Any, x: Any) -> str | None:
     """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
     if not _plain_input(x):
         return "input is not a non-empty float32 CPU tensor or parameter"
     state = _state(observer)
-    bins = observer.bins
     if state is None:
-        return "observer state is not in its buffers"
-    histogram, min_val, max_val = state
+        return "observer state is not readable"
+    histogram, min_val, max_val, bins = state
     if not (
         _plain_float32(histogram)
         and histogram.dim() == 1
@@ -136,10 +131,11 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
     if not _plain_input(x_orig):
         return False
     state = _state(observer)
-    bins = observer.bins
-    if state is None or type(bins) is not int or not 0 < bins < 32768:
+    if state is None:
         return False
-    histogram, min_val, max_val = state
+    histogram, min_val, max_val, bins = state
+    if type(bins) is not int or not 0 < bins < 32768:
+        return False
     if not (
         type(histogram) is torch.Tensor
         and histogram.dtype == torch.float32
@@ -165,10 +161,8 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
         return False  # uninitialized (inf, -inf), NaN or an infinite width: stock's paths
     left, right = edges
     # histc's counts do not depend on the order of the values: a flat view, or a copy
-    x = x_orig.detach().numpy().ravel()
-    outcome = native(
-        _native.histogram_observe_in_place, x, lo, hi, left, right, histogram.detach().numpy()
-    )
+    x = (x_orig.detach() if x_orig.requires_grad else x_orig).numpy().ravel()
+    outcome = native(_native.histogram_observe_in_place, x, lo, hi, left, right, histogram.numpy())
     if outcome != "added":
         return False
     increment_version(histogram)  # stock's copy_
