@@ -324,6 +324,17 @@ def histogram_observe_in_place(
     before ``hist`` is written, so a batch that is not modelled leaves it untouched. Returns
     ``"added"`` or ``"not modelled: <why>"``."""
 
+def per_channel_minmax(
+    x: npt.NDArray[np.float32],
+    min: npt.NDArray[np.float32],
+    max: npt.NDArray[np.float32],
+) -> str:
+    """``PerChannelMinMaxObserver._forward`` on a batch after the first: the running extremes
+    ``min``/``max`` (one per channel) updated with the rows of the flat contiguous batch ``x``
+    (channel axis 0), written only when every value is modelled. Returns ``"updated"`` or
+    ``"not modelled: <why>"`` (a NaN, a tie of opposite zeros). Raises ValueError when the
+    lengths do not fit."""
+
 def histogram_upscale(
     hist: npt.NDArray[np.float32],
     upsample: int,

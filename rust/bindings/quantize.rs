@@ -8,6 +8,7 @@ use super::{checked_array, guarded, slice};
 use crate::quantize::affine::{self, Code, NotModelled};
 use crate::quantize::error::{error_terms, Terms};
 use crate::quantize::histogram::{next_candidate, Walk};
+use crate::quantize::minmax;
 use crate::quantize::observe::{observe_in_range, observe_in_range_in_place, upscale, Observed};
 use crate::quantize::reduce::{torch_cumsum, torch_sum, LANES};
 use crate::quantize::search::{search, Searched};
@@ -281,6 +282,43 @@ fn histogram_observe_in_place(
     })
 }
 
+/// `PerChannelMinMaxObserver._forward` on a batch after the first: the running extremes
+/// `min`/`max` (writeable float32, one per channel) updated with the rows of the flat
+/// contiguous batch `x` (channel axis 0), written only when every value is modelled. Returns
+/// `"updated"` or `"not modelled: <why>"` (a NaN, a tie of opposite zeros).
+#[pyfunction]
+fn per_channel_minmax(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    min: &Bound<'_, PyAny>,
+    max: &Bound<'_, PyAny>,
+) -> PyResult<String> {
+    guarded("per_channel_minmax", || {
+        let x = checked_array::<f32>(x, "x", "float32")?;
+        let x = slice(&x);
+        let mut min = writeable(min, "min")?;
+        let min = min
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        let mut max = writeable(max, "max")?;
+        let max = max
+            .as_slice_mut()
+            .expect("checked C-contiguous in writeable()");
+        if min.is_empty() || max.len() != min.len() || x.is_empty() || x.len() % min.len() != 0 {
+            return Err(PyValueError::new_err(format!(
+                "x has {} elements for {} and {} channels (must be equal, not zero, dividing x)",
+                x.len(),
+                min.len(),
+                max.len()
+            )));
+        }
+        Ok(match py.detach(|| minmax::update(x, min, max)) {
+            Ok(()) => "updated".to_string(),
+            Err(why) => format!("not modelled: {why}"),
+        })
+    })
+}
+
 /// `HistogramObserver._upscale_histogram`'s bucketing and sum into `out` (float32, `bins`):
 /// `hist` repeated `upsample` times over `upsample`, bucketed by
 /// `torch.bucketize(mids, boundaries, right=True) - 1` clamped to the bins, summed per bucket
@@ -513,5 +551,6 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(histogram_observe, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_observe_in_place, m)?)?;
     m.add_function(wrap_pyfunction!(histogram_upscale, m)?)?;
+    m.add_function(wrap_pyfunction!(per_channel_minmax, m)?)?;
     Ok(())
 }

@@ -5,6 +5,7 @@
 pub mod affine;
 pub mod error;
 pub mod histogram;
+pub mod minmax;
 pub mod observe;
 pub mod reduce;
 pub mod search;

@@ -201,6 +201,8 @@ GET_NORM = Pin(f"{_OBSERVER}._get_norm", _same("5a53c08e204e3608", *TA))
 OBSERVER_FORWARD = Pin(f"{_OBSERVER}.forward", _same("5710caa9803a4da6", *TA))
 UPSCALE_HISTOGRAM = Pin(f"{_OBSERVER}._upscale_histogram", _same("cad59b3e62afee79", *TA))
 RESET_HISTOGRAM = Pin(f"{_OBSERVER}.reset_histogram", _same("821ee6fe6f4fcf4c", *TA))
+_PER_CHANNEL = "torchao.quantization.pt2e.observer:PerChannelMinMaxObserver"
+PER_CHANNEL_FORWARD = Pin(f"{_PER_CHANNEL}._forward", _same("bbacf9cd13555533", *TA))
 ANNOTATION_PIPELINE = Pin(
     "executorch.backends.arm._passes.arm_pass_manager"
     ":ArmPassManager.transform_for_annotation_pipeline",
@@ -238,6 +240,10 @@ SUM_CUMSUM_KERNELS = Pin(
 )
 BUCKETIZE_BINCOUNT = Pin(
     "aten::bucketize (C++ cus_upper_bound), aten::bincount (serial, float weights)",
+    torch=TORCH_VERSIONS,
+)
+MIN_MAX_KERNELS = Pin(
+    "aten::aminmax (dim), aten::minimum/maximum of float32: exact but for NaN and signed zeros",
     torch=TORCH_VERSIONS,
 )
 #: prepare_pt2e's and convert_pt2e's module: the callees they look up by name
@@ -814,6 +820,23 @@ GROUPS: tuple[Group, ...] = (
                 "bucketize and bincount native; the linspace calls torch's",
                 wraps=True,
                 models=(UPSCALE_HISTOGRAM, BUCKETIZE_BINCOUNT),
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.per_channel",
+        layer="quantize",
+        why="calibration: PerChannelMinMaxObserver's per-channel extremes in Rust",
+        independent=True,
+        rows=(
+            Patch(
+                "quantize.per_channel_forward",
+                _PER_CHANNEL,
+                "_forward",
+                f"{_PKG}.quantize.per_channel:forward",
+                "a batch after the first, channel axis 0, reduced natively in the buffers",
+                wraps=True,
+                models=(PER_CHANNEL_FORWARD, MIN_MAX_KERNELS),
             ),
         ),
     ),
