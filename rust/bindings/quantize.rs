@@ -240,11 +240,16 @@ fn histogram_observe(
             return Ok("not modelled: bin edges are not a finite increasing range".to_string());
         }
         let observed = py.detach(|| observe_in_range(x, min_val, max_val, left, right, hist, out));
-        Ok(match observed {
-            Observed::Added => "added".to_string(),
-            Observed::NotModelled(why) => format!("not modelled: {why}"),
-        })
+        Ok(observed_outcome(observed))
     })
+}
+
+/// What the observe bindings return: `"added"` or `"not modelled: <why>"`.
+fn observed_outcome(observed: Observed) -> String {
+    match observed {
+        Observed::Added => "added".to_string(),
+        Observed::NotModelled(why) => format!("not modelled: {why}"),
+    }
 }
 
 /// [`histogram_observe`] with the sum written over `hist` (a writeable float32 array): the
@@ -275,10 +280,7 @@ fn histogram_observe_in_place(
         }
         let observed =
             py.detach(|| observe_in_range_in_place(x, min_val, max_val, left, right, hist));
-        Ok(match observed {
-            Observed::Added => "added".to_string(),
-            Observed::NotModelled(why) => format!("not modelled: {why}"),
-        })
+        Ok(observed_outcome(observed))
     })
 }
 

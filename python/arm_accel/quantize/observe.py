@@ -23,7 +23,14 @@ from torch.autograd.graph import increment_version
 from arm_accel import _native
 from arm_accel.control import counters, switch
 from arm_accel.quantize.histogram import read_state
-from arm_accel.quantize.patch import NativeFailed, modes_active, native, run_accelerated
+from arm_accel.quantize.patch import (
+    NativeFailed,
+    float32_input,
+    modes_active,
+    native,
+    run_accelerated,
+    writable_buffer,
+)
 
 #: ``stats()`` entries (also the patch table's rows): one call per observed batch / per
 #: re-bucketed histogram.
@@ -42,21 +49,6 @@ def _plain_float32(t: Any) -> bool:
     return type(t) is torch.Tensor and t.dtype == torch.float32 and t.is_cpu
 
 
-def _plain_input(x: Any) -> bool:
-    """``x`` is a non-empty strided float32 CPU tensor or parameter (``Parameter`` disables
-    torch functions, and stock's ``forward`` first takes ``x.detach()``, a plain tensor)."""
-    return (
-        type(x) in _INPUT_TYPES
-        and x.dtype == torch.float32
-        and x.is_cpu
-        and x.layout is torch.strided
-        and x.numel() > 0
-    )
-
-
-_INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
-
-
 def _state(observer: Any) -> tuple[Any, Any, Any, Any] | None:
     """The observer's ``histogram``, ``min_val``, ``max_val`` and ``bins`` as attribute reads
     give them, or None where one is missing (stock's ``forward`` then raises its own error)."""
@@ -69,7 +61,7 @@ def _state(observer: Any) -> tuple[Any, Any, Any, Any] | None:
 
 def forward_decline_reason(observer: Any, x: Any) -> str | None:
     """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
-    if not _plain_input(x):
+    if not float32_input(x):
         return "input is not a non-empty float32 CPU tensor or parameter"
     state = _state(observer)
     if state is None:
@@ -128,7 +120,7 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
     version bump is kept. Why the counts are ``histc``'s: design.md, "The quantization flow".
     """
     t0 = time.perf_counter()
-    if not _plain_input(x_orig):
+    if not float32_input(x_orig):
         return False
     state = _state(observer)
     if state is None:
@@ -137,16 +129,9 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
     if type(bins) is not int or not 0 < bins < 32768:
         return False
     if not (
-        type(histogram) is torch.Tensor
-        and histogram.dtype == torch.float32
-        and histogram.is_cpu
-        and histogram.layout is torch.strided
+        writable_buffer(histogram)
         and histogram.dim() == 1
         and histogram.numel() == bins
-        and histogram.is_contiguous()
-        and not histogram.requires_grad
-        and not histogram._is_view()
-        and not histogram.is_inference()
         and _plain_float32(min_val)
         and _plain_float32(max_val)
         and min_val.dim() == 0

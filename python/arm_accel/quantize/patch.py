@@ -25,6 +25,38 @@ def modes_active() -> bool:
     )
 
 
+def float32_input(x: Any) -> bool:
+    """``x`` is a non-empty strided float32 CPU tensor or parameter: what an observer's native
+    path reads (``Parameter`` disables torch functions; stock's ``forward`` reads
+    ``x.detach()``, a plain tensor)."""
+    return (
+        type(x) in _INPUT_TYPES
+        and x.dtype == torch.float32
+        and x.is_cpu
+        and x.layout is torch.strided
+        and x.numel() > 0
+    )
+
+
+_INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def writable_buffer(t: Any) -> bool:
+    """``t`` is a buffer a native path may write in its own storage where stock's code copies
+    into it (``copy_``, after a ``detach_``/``resize_`` that keep it as it is): a plain
+    contiguous float32 CPU tensor without grad, not a view, not an inference tensor."""
+    return (
+        type(t) is torch.Tensor
+        and t.dtype == torch.float32
+        and t.is_cpu
+        and t.layout is torch.strided
+        and t.is_contiguous()
+        and not t.requires_grad
+        and not t._is_view()
+        and not t.is_inference()
+    )
+
+
 class NativeFailed(Exception):
     """A native kernel raised: the call starts over with stock's method."""
 

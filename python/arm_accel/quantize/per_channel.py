@@ -19,40 +19,26 @@ import torch
 from torch.autograd.graph import increment_version
 
 from arm_accel import _native
-from arm_accel.quantize.patch import modes_active, native, run_accelerated
+from arm_accel.quantize.patch import (
+    float32_input,
+    modes_active,
+    native,
+    run_accelerated,
+    writable_buffer,
+)
 
 #: ``stats()`` entry (also the patch table's row): one call per observed batch.
 STATS_NAME = "quantize.per_channel_forward"
 
-_INPUT_TYPES = (torch.Tensor, torch.nn.Parameter)
-
 
 def decline_reason(observer: Any, x: Any) -> str | None:
     """Why ``observer._forward(x)`` runs stock's code (None: :func:`observe` may take it)."""
-    if not (
-        type(x) in _INPUT_TYPES
-        and x.dtype == torch.float32
-        and x.is_cpu
-        and x.layout is torch.strided
-        and x.dim() >= 2
-        and x.numel() > 0
-        and x.is_contiguous()
-    ):
+    if not (float32_input(x) and x.dim() >= 2 and x.is_contiguous()):
         return "input is not a contiguous float32 CPU tensor of 2 or more dimensions"
     if type(observer.ch_axis) is not int or observer.ch_axis != 0:
         return "channel axis is not 0"
     for extreme in (observer.min_val, observer.max_val):
-        if not (
-            type(extreme) is torch.Tensor
-            and extreme.dtype == torch.float32
-            and extreme.is_cpu
-            and extreme.layout is torch.strided
-            and extreme.dim() == 1
-            and extreme.is_contiguous()
-            and not extreme.requires_grad
-            and not extreme._is_view()
-            and not extreme.is_inference()
-        ):
+        if not (writable_buffer(extreme) and extreme.dim() == 1):
             return "running extremes are not 1-d float32 CPU tensors"
         if extreme.numel() != x.shape[0]:
             return "running extremes are not one per channel (the first batch resizes them)"
