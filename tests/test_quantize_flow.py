@@ -13,7 +13,7 @@ import pytest
 import torch
 from arm_accel.control import counters
 from arm_accel.pipeline import inplace
-from arm_accel.quantize import annotation, attr_names, fold, observe
+from arm_accel.quantize import annotation, attr_names, fold, observe, per_channel
 from arm_accel.quantize import histogram as qh
 from arm_accel.tools import models
 from arm_accel.tools.program_compare import graph_differences, program_differences
@@ -158,7 +158,8 @@ def test_quantized_program_identical(name: str) -> None:
     the in-place re-traces move without dispatching where they keep values requiring grad;
     and the annotation pipeline (some of its re-traces in place), the parameter search, the
     observers' forward, the histogram upscale, the constant fold's discarded dequantize
-    values and the observers' fresh names ran accelerated (llama1: values requiring grad kept)."""
+    values, the observers' fresh names and the weights' per-channel observers ran accelerated
+    (llama1: values requiring grad kept)."""
     model, inputs, mode = models.build(name)  # one model: its modules' ids are in meta
     with arm_accel.disabled():
         stock_p, stock_q, stock, stock_ep, stock_counter = _quantize(model, inputs, mode)
@@ -173,6 +174,7 @@ def test_quantized_program_identical(name: str) -> None:
         annotation.STATS_NAME,
         fold.STATS_NAME,
         attr_names.STATS_NAME,
+        per_channel.STATS_NAME,
     ):
         assert _accelerated(now, stat) > _accelerated(snapshot, stat), stat
     in_place = {
@@ -191,6 +193,7 @@ def test_quantized_program_identical(name: str) -> None:
     assert ours_q == stock_q
     assert any(kind == "HistogramObserver" for _, kind, _ in ours_q)
     assert _graph_differences(stock, ours) == []
+    assert stock.code == ours.code
     assert _qdq(ours) == _qdq(stock) and _qdq(ours)
     assert _state(ours) == _state(stock)
     assert program_differences(stock_ep, ours_ep, separately_exported=True) == []
@@ -205,3 +208,47 @@ def test_quantized_program_identical(name: str) -> None:
     accelerated = after.accelerated - (before.accelerated if before else 0)
     assert accelerated == after.calls - (before.calls if before else 0)
     assert accelerated >= 2 * histograms
+
+
+def _eval_key(gm: fx.GraphModule) -> int:
+    """The ``N`` of the ``<eval_with_key>.N`` file ``gm``'s code was compiled under."""
+    found = re.match(r"<eval_with_key>\.(\d+)", gm.forward.__code__.co_filename)
+    assert found, gm.forward.__code__.co_filename
+    return int(found.group(1))
+
+
+def test_convert_generates_its_code_once() -> None:
+    """``convert_pt2e`` of one calibrated DS-CNN copy stock (acceleration off) and of another
+    accelerated: the accelerated run defers its recompiles (its conversion's, its two
+    ``PassManager`` runs', its constant fold's) and generates the code once, at first use; the
+    converted modules have the same graph and code, consumed as many ``<eval_with_key>``
+    numbers, and their code is compiled under the same number relative to each run's start."""
+    from arm_accel.runtime import deferred
+    from torch.fx import graph_module
+
+    model, inputs, mode = models.build("dscnnkws")
+    torch.manual_seed(0)
+    exported = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+    with arm_accel.disabled():
+        prepared = prepare_pt2e(exported, models.quantizer(mode))
+        prepared(*inputs)
+    runs = []
+    for accelerated in (False, True):
+        module = copy.deepcopy(prepared)
+        deferred_before = deferred.counts["deferred"]
+        start = graph_module._loader.next_id
+        with arm_accel.enabled() if accelerated else arm_accel.disabled():
+            converted = convert_pt2e(module)
+        deferred_in_convert = deferred.counts["deferred"] - deferred_before
+        code = converted.code  # first use
+        runs.append(
+            (converted, deferred_in_convert, graph_module._loader.next_id - start, code, start)
+        )
+    (stock, stock_deferred, stock_keys, stock_code, stock_start) = runs[0]
+    (ours, ours_deferred, ours_keys, ours_code, ours_start) = runs[1]
+    assert stock_deferred == 0
+    assert ours_deferred >= 4, ours_deferred
+    assert _graph_differences(stock, ours) == []
+    assert ours_code == stock_code
+    assert ours_keys == stock_keys
+    assert _eval_key(ours) - ours_start == _eval_key(stock) - stock_start

@@ -537,33 +537,56 @@ GROUPS: tuple[Group, ...] = (
         why="no full garbage collection of the heap alive when a step of the quantization "
         "flow starts",
         independent=True,
-        rows=tuple(
+        rows=(
             Patch(
-                f"collector.quantize.{name.strip('_')}",
+                "collector.quantize.prepare",
                 _QUANTIZE_PT2E,
-                name,
+                "prepare",
                 f"{_PKG}.runtime.collector:collecting",
-                f"{what} runs in the collector's scope",
+                "prepare_pt2e's observer insertion runs in the collector's scope",
                 wraps=True,
-                bound=origin,
-            )
-            for name, origin, what in (
-                (
-                    "prepare",
-                    "torchao.quantization.pt2e.prepare:prepare",
-                    "prepare_pt2e's observer insertion",
-                ),
-                (
-                    "_convert_to_reference_decomposed_fx",
-                    "torchao.quantization.pt2e.convert:_convert_to_reference_decomposed_fx",
-                    "convert_pt2e's conversion",
-                ),
-                (
-                    "constant_fold",
-                    "torchao.quantization.pt2e.constant_fold:constant_fold",
-                    "convert_pt2e's constant fold",
-                ),
-            )
+                bound="torchao.quantization.pt2e.prepare:prepare",
+            ),
+        ),
+    ),
+    Group(
+        name="quantize.convert",
+        layer="quantize",
+        why="convert_pt2e's five recompiles deferred to first use (only the last code runs); "
+        "its conversion and constant fold in the collector's scope",
+        independent=True,
+        rows=(
+            *(
+                Patch(
+                    f"quantize.convert.{name.strip('_')}",
+                    _QUANTIZE_PT2E,
+                    name,
+                    f"{_PKG}.quantize.convert:converting",
+                    f"{what}: recompiles deferred, in the collector's scope",
+                    wraps=True,
+                    bound=origin,
+                )
+                for name, origin, what in (
+                    (
+                        "_convert_to_reference_decomposed_fx",
+                        "torchao.quantization.pt2e.convert:_convert_to_reference_decomposed_fx",
+                        "convert_pt2e's conversion",
+                    ),
+                    (
+                        "constant_fold",
+                        "torchao.quantization.pt2e.constant_fold:constant_fold",
+                        "convert_pt2e's constant fold",
+                    ),
+                )
+            ),
+            Patch(
+                "quantize.convert.pass_manager",
+                _QUANTIZE_PT2E,
+                "PassManager",
+                f"{_PKG}.quantize.convert:DeferringPassManager",
+                "convert_pt2e's PassManager runs: the recompile after each pass deferred",
+                bound="torch.fx.passes.infra.pass_manager:PassManager",
+            ),
         ),
     ),
     Group(

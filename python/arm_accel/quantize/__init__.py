@@ -8,6 +8,7 @@ and runs stock's code with acceleration off.
   the observed range whole) and ``_upscale_histogram``'s bucketing in Rust (calibration);
 - :mod:`~arm_accel.quantize.per_channel`: ``PerChannelMinMaxObserver._forward``'s per-channel
   extremes in Rust (calibration: the weights' observers, on every batch);
+- :mod:`~arm_accel.quantize.convert`: ``convert_pt2e``'s recompiles deferred to first use;
 - :mod:`~arm_accel.quantize.fold`: ``convert_pt2e``'s constant fold without the dequantized
   weights it computes and discards;
 - :mod:`~arm_accel.quantize.affine`: the Arm passes' per-tensor ``QuantArgs`` quantization
