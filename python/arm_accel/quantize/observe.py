@@ -28,7 +28,9 @@ from arm_accel.quantize.patch import (
     float32_input,
     modes_active,
     native,
+    record_native_failure,
     run_accelerated,
+    run_stock,
     writable_buffer,
 )
 
@@ -59,8 +61,9 @@ def _state(observer: Any) -> tuple[Any, Any, Any, Any] | None:
     return histogram, min_val, max_val, bins
 
 
-def forward_decline_reason(observer: Any, x: Any) -> str | None:
-    """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
+def _modelled_state(observer: Any, x: Any) -> tuple[Any, Any, Any, int] | str:
+    """The observer's ``histogram``, ``min_val``, ``max_val`` and ``bins`` where the native
+    paths may take ``observer.forward(x)``, else why they do not."""
     if not float32_input(x):
         return "input is not a non-empty float32 CPU tensor or parameter"
     state = _state(observer)
@@ -82,7 +85,13 @@ def forward_decline_reason(observer: Any, x: Any) -> str | None:
         return "bins outside 1..32767"
     if modes_active():
         return "a torch function or dispatch mode is active, or dynamo traces"
-    return None
+    return histogram, min_val, max_val, bins
+
+
+def forward_decline_reason(observer: Any, x: Any) -> str | None:
+    """Why ``observer.forward(x)`` runs stock's code (None: the native paths may take it)."""
+    found = _modelled_state(observer, x)
+    return found if isinstance(found, str) else None
 
 
 def _histc_edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
@@ -120,25 +129,11 @@ def observe_in_range(observer: Any, x_orig: Any) -> bool:
     version bump is kept. Why the counts are ``histc``'s: design.md, "The quantization flow".
     """
     t0 = time.perf_counter()
-    if not float32_input(x_orig):
-        return False
-    state = _state(observer)
-    if state is None:
+    state = _modelled_state(observer, x_orig)
+    if isinstance(state, str):
         return False
     histogram, min_val, max_val, bins = state
-    if type(bins) is not int or not 0 < bins < 32768:
-        return False
-    if not (
-        writable_buffer(histogram)
-        and histogram.dim() == 1
-        and histogram.numel() == bins
-        and _plain_float32(min_val)
-        and _plain_float32(max_val)
-        and min_val.dim() == 0
-        and max_val.dim() == 0
-    ):
-        return False
-    if modes_active() or torch.is_inference_mode_enabled():
+    if not writable_buffer(histogram) or torch.is_inference_mode_enabled():
         return False
     lo, hi = min_val.item(), max_val.item()
     edges = _histc_range_edges(lo, hi, bins)
@@ -241,11 +236,10 @@ def forward(stock: Any) -> Any:
                 if observe_in_range(self, x_orig):
                     return x_orig
             except NativeFailed as exc:
-                if switch.strict():
-                    counters.record_fallback(FORWARD_STATS_NAME, "strict: native kernel failed")
-                    raise
-                counters.record_fallback(FORWARD_STATS_NAME, f"native kernel failed: {exc}")
-                return _stock_forward(stock, self, x_orig)
+                record_native_failure(FORWARD_STATS_NAME, exc)
+                return run_stock(
+                    FORWARD_STATS_NAME, lambda: stock(self, x_orig), time.perf_counter()
+                )
 
         def accelerated() -> tuple[bool, Any]:
             reason = observe(self, x_orig)
@@ -259,15 +253,6 @@ def forward(stock: Any) -> Any:
         )
 
     return observer_forward
-
-
-def _stock_forward(stock: Any, observer: Any, x_orig: torch.Tensor) -> Any:
-    """Stock's ``forward``, counted as a call not accelerated."""
-    t0 = time.perf_counter()
-    try:
-        return stock(observer, x_orig)
-    finally:
-        counters.record_call(FORWARD_STATS_NAME, time.perf_counter() - t0, False)
 
 
 def upscale_decline_reason(observer: Any, histogram: Any, *bounds: Any) -> str | None:

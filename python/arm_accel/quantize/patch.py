@@ -94,16 +94,28 @@ def run_accelerated(
                 counters.record_decline(stats_name, value)
             except NativeFailed as exc:
                 fell_back = True
-                if switch.strict():
-                    counters.record_fallback(stats_name, "strict: native kernel failed")
-                    raise
-                counters.record_fallback(stats_name, f"native kernel failed: {exc}")
+                record_native_failure(stats_name, exc)
             finally:
                 if not fell_back:
                     counters.record_call(stats_name, time.perf_counter() - t0, True)
         else:
             counters.record_decline(stats_name, reason)
+    return run_stock(stats_name, stock, t0)
+
+
+def record_native_failure(stats_name: str, exc: NativeFailed) -> None:
+    """A native kernel's failure in ``stats_name``'s accelerated path, counted as a fallback
+    (the caller then runs stock's method); under ``ARM_ACCEL_STRICT`` counted and raised."""
+    if switch.strict():
+        counters.record_fallback(stats_name, "strict: native kernel failed")
+        raise exc
+    counters.record_fallback(stats_name, f"native kernel failed: {exc}")
+
+
+def run_stock(stats_name: str, stock: Callable[[], Any], start: float) -> Any:
+    """``stock()``, counted under ``stats_name`` as a call not accelerated, timed from
+    ``start`` (a ``time.perf_counter()`` reading)."""
     try:
         return stock()
     finally:
-        counters.record_call(stats_name, time.perf_counter() - t0, False)
+        counters.record_call(stats_name, time.perf_counter() - start, False)
