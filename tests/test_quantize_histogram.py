@@ -360,8 +360,11 @@ def test_native_failure_falls_back(
     lenient: None, monkeypatch: pytest.MonkeyPatch, broken: tuple[str, ...]
 ) -> None:
     """A failing one-call search (not strict) falls back to the stepwise search; with its
-    walk failing too, to torchao's method; stock's result either way, the failures counted."""
+    walk failing too, to torchao's method; stock's result either way, the failures counted.
+    Under ``ARM_ACCEL_STRICT=1`` the one-call search's failure raises, chained to the
+    kernel's exception."""
     from arm_accel import _native
+    from arm_accel.quantize.patch import NativeFailed
 
     def fail(*args: Any) -> None:
         raise ValueError("injected")
@@ -379,6 +382,10 @@ def test_native_failure_falls_back(
     if len(broken) > 1:
         reasons = counters.snapshot()[qh.STATS_NAME].fallbacks
         assert any(r.startswith("native kernel failed") for r in reasons), reasons
+    monkeypatch.setenv("ARM_ACCEL_STRICT", "1")
+    with pytest.raises(NativeFailed) as raised:
+        obs._non_linear_param_search()
+    assert isinstance(raised.value.__cause__, ValueError)
 
 
 def test_fuzzed_searches_ran_in_one_call() -> None:

@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from arm_accel import _native
 from arm_accel.control import counters, switch
-from arm_accel.quantize.patch import NativeFailed, native, run_accelerated
+from arm_accel.quantize.patch import NativeFailed, native, record_native_failure, run_accelerated
 
 #: ``stats()`` entry: one call per parameter search (also the patch table's row).
 STATS_NAME = "quantize.histogram_search"
@@ -299,13 +299,10 @@ def _search_whole(observer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     inputs = _whole_inputs(observer)
     if type(inputs) is tuple:
         try:
-            found = _native.histogram_search(*inputs, _sum_lanes)
-        except Exception as exc:
+            found = native(_native.histogram_search, *inputs, _sum_lanes)
+        except NativeFailed as exc:
             counters.record_calls(WHOLE_STATS_NAME, 1, 0, 0.0)
-            if switch.strict():
-                counters.record_fallback(WHOLE_STATS_NAME, "strict: native kernel failed")
-                raise NativeFailed(f"histogram_search: {exc!r}") from exc
-            counters.record_fallback(WHOLE_STATS_NAME, f"native kernel failed: {exc!r}")
+            record_native_failure(WHOLE_STATS_NAME, exc)
             return None
         if type(found) is tuple:
             # Stock's values are 0-dim float32 tensors: the float32 values, exactly.
