@@ -21,6 +21,11 @@ then to the accelerated one; the calibration seconds, the seconds inside
 ``phase`` (default): the whole phase, each stage stock then accelerated; seconds per stage,
 ratios, and whether the converted modules' q/dq nodes and the re-exported programs are equal.
 
+``guards``: the export and the re-export with the ``export.guard_cse`` rows off (stock's
+``PyExprCSEPass``) and on, alternating ``--repeats`` times in one process (the rest of arm-accel on
+for both): wall seconds, the seconds inside dynamo's ``build_guard_function``, and whether every
+guard function it built is the same.
+
 ``reexport``: the re-export of one converted module with the ``export.dynamo_meta`` row off
 (stock's ``_create_proxy``) and on, alternating ``--repeats`` times in one process (the rest of
 arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTracer.create_proxy``
@@ -33,6 +38,7 @@ arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTrac
     python benches/quantize.py calibrate --batches 1 32 128
     python benches/quantize.py phase --model dscnnkws --batches 8
     python benches/quantize.py reexport --model llama16 --repeats 2
+    python benches/quantize.py guards --repeats 5
 """
 
 from __future__ import annotations
@@ -363,6 +369,65 @@ def cmd_reexport(args: argparse.Namespace) -> None:
     print(f"  programs equal: {not diffs}")
 
 
+def cmd_guards(args: argparse.Namespace) -> None:
+    from arm_accel import patches
+    from torch._dynamo import guards
+
+    model, inputs, _ = models.build(args.model)
+    prepared, _ = prepared_model(args.model)
+    prepared(*inputs)
+    converted = convert_pt2e(prepared)
+    cse = guards.PyExprCSEPass
+    methods = ("count", "replace")
+    rows = {
+        "off": {m: patches.original(f"export.guard_cse.{m}") for m in methods},
+        "on": {m: cse.__dict__[m] for m in methods},
+    }
+    build = guards.build_guard_function
+    inside = [0.0]
+    built: list[Any] = []
+
+    def timed_build(code_parts: list[str], closure_args: str) -> Any:
+        t0 = time.perf_counter()
+        out = build(code_parts, closure_args)
+        inside[0] += time.perf_counter() - t0
+        built.append(out)
+        return out
+
+    runs: dict[str, list[tuple[float, float]]] = {k: [] for k in rows}
+    functions: dict[str, list[Any]] = {}
+    guards.build_guard_function = timed_build
+    try:
+        for _ in range(args.repeats):
+            for side, replaced in rows.items():
+                for name, method in replaced.items():
+                    setattr(cse, name, method)
+                gc.collect()
+                inside[0] = 0.0
+                built.clear()
+
+                def both() -> None:
+                    torch.export.export(model, inputs, strict=True)
+                    torch.export.export(converted, inputs, strict=True)
+
+                _, dt = timed(both, accelerated=True)
+                runs[side].append((dt, inside[0]))
+                functions[side] = list(built)
+    finally:
+        guards.build_guard_function = build
+        for name, method in rows["on"].items():
+            setattr(cse, name, method)
+    print(f"{args.model}: export and re-export, the export.guard_cse rows off / on")
+    for side, rs in runs.items():
+        walls = ", ".join(f"{w:.2f}" for w, _ in rs)
+        inner = ", ".join(f"{g:.3f}" for _, g in rs)
+        print(f"  rows {side:<3}  wall s: {walls}   in build_guard_function s: {inner}")
+    off = min(g for _, g in runs["off"])
+    on = min(g for _, g in runs["on"])
+    print(f"  build_guard_function, fastest of each: {off:.3f} -> {on:.3f} s ({off / on:.2f}x)")
+    print(f"  guard functions equal: {functions['off'] == functions['on']}")
+
+
 def warm_up() -> None:
     """One quantization phase of a small model, untimed: first-call costs (dynamo, lazy
     imports, kernels) would otherwise land on whichever side runs first."""
@@ -381,14 +446,16 @@ def main() -> None:
         "what",
         nargs="?",
         default="phase",
-        choices=["phase", "search", "observers", "calibrate", "reexport"],
+        choices=["phase", "search", "observers", "calibrate", "reexport", "guards"],
     )
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
     parser.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up")
     parser.add_argument("--save", help="search: store the observers (torch.save) here")
     parser.add_argument("--load", help="observers: also time the observers stored here")
-    parser.add_argument("--repeats", type=int, default=5, help="observers, reexport: runs per side")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="observers, reexport, guards: runs per side"
+    )
     parser.add_argument(
         "--stepwise", action="store_true", help="observers: time the stepwise search"
     )
@@ -408,6 +475,7 @@ def main() -> None:
         "observers": cmd_observers,
         "calibrate": cmd_calibrate,
         "reexport": cmd_reexport,
+        "guards": cmd_guards,
     }
     commands[args.what](args)
     print(

@@ -117,6 +117,17 @@ DYNAMO_META_SOURCES = (
         {"2.13.0": "b4d912ffc2840a7a", "2.14.0": "b4d912ffc2840a7a", "2.15.0": "4190684adfec4550"},
     ),
 )
+#: dynamo's guard CSE (``PyExprCSEPass``, its only ``_ast_unparse`` caller) and the stdlib
+#: unparser whose writing of expressions ``runtime/guard_cse.py`` composes (Python 3.11.7).
+_GUARDS = "torch._dynamo.guards"
+GUARD_CSE_SOURCES = (
+    Pin(f"{_GUARDS}:PyExprCSEPass", _same("fc278c4377c1786c", *ALL_TORCH)),
+    Pin(f"{_GUARDS}:_ast_unparse", _same("73472676746f1e63", *ALL_TORCH)),
+    Pin("ast:_Unparser", {"3.11.7": "ddad66eed240d618"}),
+    Pin("ast:unparse", {"3.11.7": "0494b7456bc1b70c"}),
+    Pin("ast:_Precedence", {"3.11.7": "9f57189862e13cc4"}),
+    Pin("ast:NodeVisitor", {"3.11.7": "dce9733d4e580e9e"}),
+)
 _DELEGATE = "torch._higher_order_ops.executorch_call_delegate"
 #: A delegate's fake outputs: the unlifted program's module, run and dropped (``call_delegate_cpu``,
 #: looked up by name by the fake and tracing dispatches; ``module()`` builds a new module).
@@ -656,6 +667,35 @@ GROUPS: tuple[Group, ...] = (
                 "list when everything the rebuild reads is what it read last",
                 wraps=True,
                 models=DYNAMO_META_SOURCES,
+            ),
+        ),
+    ),
+    Group(
+        name="export.guard_cse",
+        layer="runtime",
+        why="dynamo's guard CSE composes each sub-expression's text once, not per ancestor",
+        rows=(
+            Patch(
+                "export.guard_cse.unparse",
+                _GUARDS,
+                "_ast_unparse",
+                f"{_PKG}.runtime.guard_cse:unparse",
+                "inside the CSE pass, the first text asked of an expression node is composed "
+                "from its children's texts as ast's unparser writes them",
+                wraps=True,
+                models=GUARD_CSE_SOURCES,
+            ),
+            *(
+                Patch(
+                    f"export.guard_cse.{method}",
+                    f"{_GUARDS}:PyExprCSEPass",
+                    method,
+                    f"{_PKG}.runtime.guard_cse:scoped",
+                    f"the CSE pass's {method} runs with its own composed texts",
+                    wraps=True,
+                    models=GUARD_CSE_SOURCES,
+                )
+                for method in ("count", "replace")
             ),
         ),
     ),
