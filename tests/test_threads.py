@@ -175,18 +175,25 @@ def _calls() -> dict[str, int]:
 
 
 @pytest.fixture
-def fx_meta_globals_restored() -> Any:
-    """When the race below hits, the threads leave ``torch.fx.traceback``'s module-level node
-    meta state set, and every later lowering in this process inherits it (fx then refuses to
-    ``replace_all_uses_with(propagate_meta=True)``): put it back as it was before the test."""
+def torch_globals_restored() -> Any:
+    """When the race below hits, the threads leave torch's module-level state set, and every
+    later test in this process inherits it: ``torch.fx.traceback``'s node meta (fx then refuses
+    to ``replace_all_uses_with(propagate_meta=True)``) and ``torch.utils._python_dispatch``'s
+    "in a dispatch mode" flags, which two threads' modes entering and leaving out of order
+    leave True (the observers' native paths then decline). Put them back as they were."""
     from torch.fx import traceback as fx_traceback
+    from torch.utils import _python_dispatch
 
+    flags = [n for n in vars(_python_dispatch) if n.startswith("_is_in_")]
     saved = (fx_traceback.current_meta, fx_traceback.should_preserve_node_meta)
+    saved_flags = {n: getattr(_python_dispatch, n) for n in flags}
     yield
     fx_traceback.current_meta, fx_traceback.should_preserve_node_meta = saved
+    for name, value in saved_flags.items():
+        setattr(_python_dispatch, name, value)
 
 
-@pytest.mark.usefixtures("fx_meta_globals_restored")
+@pytest.mark.usefixtures("torch_globals_restored")
 @pytest.mark.xfail(
     strict=False,
     reason="torch/executorch lowering is not thread-safe even all stock: export's "
