@@ -294,3 +294,52 @@ def test_forward_reads_state_as_attributes() -> None:
                 expected = _outcome(stock_obs, x)
             assert _outcome(ours, x) == expected
             assert _state(ours) == _state(stock_obs)
+
+
+class _CountingMode(torch.utils._python_dispatch.TorchDispatchMode):
+    """A dispatch mode on this thread: every op goes through it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_modes_read_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native paths read this thread's mode stacks: with torch's module-level "in a
+    dispatch mode" flag left True (as another thread's modes leave it) and no mode here, the
+    batches and the parameter search run natively and equal stock's; under a dispatch mode
+    active on this thread they run stock's code, every op seen by the mode."""
+    from arm_accel.quantize import histogram
+    from torch.utils import _python_dispatch
+
+    g = torch.Generator().manual_seed(11)
+    batches = [torch.randn(300, generator=g) * s for s in (1.0, 0.5, 2.0)]
+    stock_obs, ours, moded = HistogramObserver(), HistogramObserver(), HistogramObserver()
+    with arm_accel.disabled():
+        for x in batches:
+            stock_obs(x)
+        want = [_bits(t) for t in stock_obs._non_linear_param_search()]
+
+    monkeypatch.setattr(_python_dispatch, "_is_in_torch_dispatch_mode", True)
+    before = counters.snapshot()
+    for x in batches:
+        ours(x)
+    assert [_bits(t) for t in ours._non_linear_param_search()] == want
+    after = counters.snapshot()
+    for name in (observe.FORWARD_STATS_NAME, histogram.STATS_NAME):
+        done = before[name].accelerated if name in before else 0
+        assert after[name].accelerated > done, name
+    assert _state(ours) == _state(stock_obs)
+
+    mode = _CountingMode()
+    with mode:
+        for x in batches:
+            moded(x)
+        got = [_bits(t) for t in moded._non_linear_param_search()]
+    assert got == want and mode.ops > 0
+    reasons = counters.snapshot()[observe.FORWARD_STATS_NAME].fallbacks
+    assert any("dispatch mode" in r for r in reasons), reasons

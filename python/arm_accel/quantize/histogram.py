@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from arm_accel import _native
 from arm_accel.control import counters, switch
@@ -57,7 +56,9 @@ def decline_reason(observer: Any) -> str | None:
 
 
 def _in_dispatch_mode() -> bool:
-    return bool(torch._C._len_torch_dispatch_stack()) or is_in_torch_dispatch_mode()
+    """A dispatch mode is active on this thread (``patch.modes_active`` says why the stack is
+    read, not ``is_in_torch_dispatch_mode()``)."""
+    return bool(torch._C._len_torch_dispatch_stack())
 
 
 def _next_candidate(

@@ -9,18 +9,20 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import is_in_torch_dispatch_mode
 
 from arm_accel.control import counters, switch
 
 
 def modes_active() -> bool:
-    """A torch function or dispatch mode is active, or dynamo is compiling: torch's ops would
-    not run their CPU kernels on the tensors as they are, so the native paths decline."""
+    """A torch function or dispatch mode is active on this thread, or dynamo is compiling:
+    torch's ops would not run their CPU kernels on the tensors as they are, so the native paths
+    decline. Both mode stacks are per thread, and the dispatch stack's length counts the
+    infra modes (fake, proxy, functional) too. ``is_in_torch_dispatch_mode()`` is not read: it
+    is a module-level flag, which another thread's modes set, and which two threads' modes
+    leaving out of order leave True for the rest of the process."""
     return (
         bool(torch._C._len_torch_function_stack())
         or bool(torch._C._len_torch_dispatch_stack())
-        or is_in_torch_dispatch_mode()
         or torch.compiler.is_compiling()
     )
 
