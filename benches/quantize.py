@@ -321,6 +321,17 @@ def cmd_phase(args: argparse.Namespace) -> None:
         print("  ", d)
 
 
+def _report_off_on(runs: dict[str, list[tuple[float, float]]], inside: str) -> None:
+    """Each side's (wall, inside ``inside``) seconds per run, and the fastest of each inside."""
+    for side, rs in runs.items():
+        walls = ", ".join(f"{w:.2f}" for w, _ in rs)
+        inner = ", ".join(f"{i:.3f}" for _, i in rs)
+        print(f"  {side:<3}  wall s: {walls}   in {inside} s: {inner}")
+    off = min(i for _, i in runs["off"])
+    on = min(i for _, i in runs["on"])
+    print(f"  {inside}, fastest of each: {off:.3f} -> {on:.3f} s ({off / on:.2f}x)")
+
+
 def cmd_reexport(args: argparse.Namespace) -> None:
     from arm_accel import patches
     from torch._dynamo.output_graph import SubgraphTracer
@@ -358,14 +369,8 @@ def cmd_reexport(args: argparse.Namespace) -> None:
         SubgraphTracer.create_proxy = outer  # type: ignore[method-assign]
         SubgraphTracer._create_proxy = ours  # type: ignore[method-assign]
     print(f"{args.model}: re-export of {len(converted.graph.nodes)} nodes, export.dynamo_meta")
-    for side, rs in runs.items():
-        walls = ", ".join(f"{w:.2f}" for w, _ in rs)
-        proxies = ", ".join(f"{p:.3f}" for _, p in rs)
-        print(f"  row {side:<3}  wall s: {walls}   in create_proxy s: {proxies}")
-    off = min(p for _, p in runs["off"])
-    on = min(p for _, p in runs["on"])
+    _report_off_on(runs, "create_proxy")
     diffs = program_differences(programs["off"], programs["on"], separately_exported=True)
-    print(f"  create_proxy, fastest of each: {off:.3f} -> {on:.3f} s ({off / on:.2f}x)")
     print(f"  programs equal: {not diffs}")
 
 
@@ -418,13 +423,7 @@ def cmd_guards(args: argparse.Namespace) -> None:
         for name, method in rows["on"].items():
             setattr(cse, name, method)
     print(f"{args.model}: export and re-export, the export.guard_cse rows off / on")
-    for side, rs in runs.items():
-        walls = ", ".join(f"{w:.2f}" for w, _ in rs)
-        inner = ", ".join(f"{g:.3f}" for _, g in rs)
-        print(f"  rows {side:<3}  wall s: {walls}   in build_guard_function s: {inner}")
-    off = min(g for _, g in runs["off"])
-    on = min(g for _, g in runs["on"])
-    print(f"  build_guard_function, fastest of each: {off:.3f} -> {on:.3f} s ({off / on:.2f}x)")
+    _report_off_on(runs, "build_guard_function")
     print(f"  guard functions equal: {functions['off'] == functions['on']}")
 
 
