@@ -104,7 +104,7 @@ class _Texts:
             return head + "." + node.attr, self.height + 1
         if kind is ast.Subscript:
             index = node.slice
-            if type(index) is ast.Tuple and index.elts:
+            if isinstance(index, ast.Tuple) and index.elts:  # as visit_Subscript tests it
                 return _written(node, _TEST), _height(node)
             head = self.of(node.value, _ATOM)
             height = self.height
