@@ -7,7 +7,6 @@ ran, a failing composition falling back to stock's text."""
 from __future__ import annotations
 
 import ast
-import os
 from typing import Any
 
 import arm_accel
@@ -17,17 +16,12 @@ import torch
 from arm_accel import patches
 from arm_accel.control import counters
 from arm_accel.runtime import guard_cse
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from support import fuzz
 from torch._dynamo import guards
 
-LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
-FUZZ = settings(
-    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "1000")) if LONG else 150,
-    derandomize=not LONG,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz.examples(ci=150, long=1000)
 
 
 @pytest.fixture(autouse=True)

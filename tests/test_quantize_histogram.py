@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -18,21 +17,16 @@ import torch
 from arm_accel import patches
 from arm_accel.control import counters
 from arm_accel.quantize import histogram as qh
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support import fuzz
 from torchao.quantization.pt2e.observer import HistogramObserver
 
 # CI runs a short derandomized subset on histograms whose stock walk is short (stock's loop
 # costs ~15 us a step, and sparse or degenerate histograms take all its 10^5 steps: ~1.5 s
 # each); ``ARM_ACCEL_FUZZ=long`` runs many random examples including sparse histograms and NaN
 # bins (``ARM_ACCEL_FUZZ_EXAMPLES=N`` sets how many).
-LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
-FUZZ = settings(
-    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "400")) if LONG else 12,
-    derandomize=not LONG,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz.examples(ci=12, long=400)
 # Candidates cost a few error computations each (no walk): many more examples.
 FUZZ_CANDIDATES = settings(FUZZ, max_examples=FUZZ.max_examples * 8)
 
@@ -149,7 +143,7 @@ def _observer(config: tuple[Any, ...], bins: int) -> HistogramObserver:
 # histograms, constant errors (empty, tiny or huge ranges: zero, underflowing or infinite
 # errors), flat counts, infinite or NaN totals. CI draws what walks briefly; long runs draw
 # everything. The candidate test covers the degenerate ranges' arithmetic in CI.
-SCALES = [1e-6, 1.0, 1e3] + ([1e-30, 1e12, 1e30] if LONG else [])
+SCALES = [1e-6, 1.0, 1e3] + ([1e-30, 1e12, 1e30] if fuzz.LONG else [])
 SPREADS = [(0.0, 1.0), (-7.0, 1e9), (-1e-3, 1e-3)]
 DEGENERATE_SPREADS = [(5.0, 5.0), (-1e-30, 1e-30), (-1e30, 1e30), (-3e38, 3e38)]
 
@@ -181,7 +175,7 @@ def _forward_observer(
 
 @FUZZ
 @given(
-    data=_batches(SCALES, 1 if LONG else 1000),
+    data=_batches(SCALES, 1 if fuzz.LONG else 1000),
     bins=st.sampled_from([256, 2048, 1, 2, 37]),
     upsample=st.sampled_from([1, 4, 16, 128]),
     config=st.sampled_from(CONFIGS),
@@ -197,8 +191,8 @@ def test_search_identical_after_forward(
 
 # Float32 limits (subnormal, largest finite), a negative count; in long runs infinity and NaN
 # too (CI covers them in test_search_identical_on_degenerate_histograms).
-SPECIALS = [0.0, 1.0, 1e-45, 1e-38, 3e38, -1.0] + ([math.inf, math.nan] if LONG else [])
-COUNTS = ["exponential", "lognormal"] + (["uniform", "integers"] if LONG else [])
+SPECIALS = [0.0, 1.0, 1e-45, 1e-38, 3e38, -1.0] + ([math.inf, math.nan] if fuzz.LONG else [])
+COUNTS = ["exponential", "lognormal"] + (["uniform", "integers"] if fuzz.LONG else [])
 
 
 def _raw_observer(
@@ -217,7 +211,7 @@ def _raw_observer(
     draw = {
         "uniform": lambda: rng.uniform(0, 1e3, bins),
         "exponential": lambda: rng.exponential(10.0, bins),
-        "lognormal": lambda: rng.lognormal(0.0, 8.0 if LONG else 2.0, bins),
+        "lognormal": lambda: rng.lognormal(0.0, 8.0 if fuzz.LONG else 2.0, bins),
         "integers": lambda: rng.integers(0, 50, bins),
     }[counts]
     hist = (draw() * (rng.random(bins) < density)).astype(np.float32)
@@ -231,10 +225,10 @@ def _raw_observer(
 raw_histograms = st.builds(
     _raw_observer,
     counts=st.sampled_from(COUNTS),
-    density=st.sampled_from([1.0, 0.5] + ([0.01, 0.001] if LONG else [])),
+    density=st.sampled_from([1.0, 0.5] + ([0.01, 0.001] if fuzz.LONG else [])),
     specials=st.lists(st.sampled_from(SPECIALS), max_size=8),
     bins=st.sampled_from([256, 2048]),
-    spread=st.sampled_from(SPREADS + (DEGENERATE_SPREADS if LONG else [])),
+    spread=st.sampled_from(SPREADS + (DEGENERATE_SPREADS if fuzz.LONG else [])),
     seed=st.integers(0, 2**16),
     config=st.sampled_from(CONFIGS),
 )
@@ -247,7 +241,7 @@ def test_search_identical_on_raw_histograms(obs: HistogramObserver) -> None:
     runs also flat and sparse ones) with values near float32 limits (huge totals), negative
     counts, and in long runs infinite and NaN bins and overflowing totals: stock's search and
     ours agree bit for bit or raise the same."""
-    if not LONG:  # an overflowing total: stock walks all its steps
+    if not fuzz.LONG:  # an overflowing total: stock walks all its steps
         assume(math.isfinite(torch.sum(obs.histogram).item()))
     _assert_search_identical(obs)
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-import os
 from typing import Any
 
 import arm_accel
@@ -15,17 +14,12 @@ import torch
 from arm_accel import patches
 from arm_accel.control import counters
 from arm_accel.quantize import observe
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from support import fuzz
 from torchao.quantization.pt2e.observer import HistogramObserver
 
-LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
-FUZZ = settings(
-    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "500")) if LONG else 40,
-    derandomize=not LONG,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz.examples(ci=40, long=500)
 
 
 @pytest.fixture(autouse=True)

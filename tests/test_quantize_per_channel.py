@@ -3,7 +3,6 @@ against torchao's own, on generated weight-like batches."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import arm_accel
@@ -13,17 +12,12 @@ import torch
 from arm_accel import patches
 from arm_accel.control import counters
 from arm_accel.quantize import per_channel
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from support import fuzz
 from torchao.quantization.pt2e.observer import PerChannelMinMaxObserver
 
-LONG = os.environ.get("ARM_ACCEL_FUZZ", "").lower() == "long"
-FUZZ = settings(
-    max_examples=int(os.environ.get("ARM_ACCEL_FUZZ_EXAMPLES", "500")) if LONG else 60,
-    derandomize=not LONG,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = fuzz.examples(ci=60, long=500)
 
 
 @pytest.fixture(autouse=True)
