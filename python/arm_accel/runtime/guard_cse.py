@@ -146,11 +146,11 @@ class _Texts:
 
 
 class _Scope(threading.local):
-    """This thread's open :func:`scoped` call: its texts and the nodes already answered."""
+    """This thread's open :func:`scoped` call: its texts and the nodes already answered (held,
+    so that none is freed and another takes its place while the scope is open)."""
 
     texts: _Texts | None = None
-    asked: set[int] | None = None
-    keep: list[ast.AST] | None = None
+    asked: set[ast.AST] | None = None
     calls = 0
     composed = 0
 
@@ -171,18 +171,12 @@ def _room(height: int) -> bool:
     return False
 
 
-def _composed(node: ast.AST) -> str | None:
+def _composed(texts: _Texts, asked: set[ast.AST], node: ast.AST) -> str | None:
     """The text of ``node`` composed, or None where stock's must be taken: asked before, not
     an expression, its unparse could reach the recursion limit, or the composition failed."""
-    scope = _scope
-    texts, asked = scope.texts, scope.asked
-    if texts is None or asked is None or scope.keep is None or not isinstance(node, ast.expr):
+    if node in asked or not isinstance(node, ast.expr):
         return None
-    key = id(node)
-    if key in asked:
-        return None
-    asked.add(key)
-    scope.keep.append(node)  # no id is reused while the scope holds it
+    asked.add(node)
     try:
         text = texts.of(node)
     except RecursionError:
@@ -205,10 +199,11 @@ def unparse(stock: Callable[[ast.AST], str]) -> Callable[[ast.AST], str]:
     @functools.wraps(stock)
     def _ast_unparse(node: ast.AST) -> str:
         scope = _scope
-        if scope.texts is None:
+        texts, asked = scope.texts, scope.asked
+        if texts is None or asked is None:
             return stock(node)
         scope.calls += 1
-        text = _composed(node)
+        text = _composed(texts, asked, node)
         if text is None:
             return stock(node)
         scope.composed += 1
@@ -226,13 +221,13 @@ def scoped(stock: Callable[..., Any]) -> Callable[..., Any]:
         scope = _scope
         if scope.texts is not None or not switch.is_enabled():
             return stock(self, exprs)
-        scope.texts, scope.asked, scope.keep = _Texts(), set(), []
+        scope.texts, scope.asked = _Texts(), set()
         scope.calls = scope.composed = 0
         try:
             return stock(self, exprs)
         finally:
             counters.record_calls(STATS_NAME, scope.calls, scope.composed, 0.0)
-            scope.texts = scope.asked = scope.keep = None
+            scope.texts = scope.asked = None
 
     return call
 
