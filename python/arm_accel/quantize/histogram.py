@@ -21,7 +21,13 @@ import torch
 
 from arm_accel import _native
 from arm_accel.control import counters, switch
-from arm_accel.quantize.patch import NativeFailed, native, record_native_failure, run_accelerated
+from arm_accel.quantize.patch import (
+    NativeFailed,
+    native,
+    record_native_failure,
+    run_accelerated,
+    thread_modes_active,
+)
 
 #: ``stats()`` entry: one call per parameter search (also the patch table's row).
 STATS_NAME = "quantize.histogram_search"
@@ -48,17 +54,16 @@ def decline_reason(observer: Any) -> str | None:
         return "bins is not a positive int"
     if histogram.size()[0] != observer.bins:
         return "bins mismatch"  # stock's assertion raises
-    if torch._C._len_torch_function_stack() or _in_dispatch_mode():
+    return _modes_reason()
+
+
+def _modes_reason() -> str | None:
+    """Why torch's ops would not run their CPU kernels here (None: they would)."""
+    if thread_modes_active():
         return "a torch function or dispatch mode is active"
     if torch.compiler.is_compiling():
         return "traced by dynamo"
     return None
-
-
-def _in_dispatch_mode() -> bool:
-    """A dispatch mode is active on this thread (``patch.modes_active`` says why the stack is
-    read, not ``is_in_torch_dispatch_mode()``)."""
-    return bool(torch._C._len_torch_dispatch_stack())
 
 
 def _next_candidate(
@@ -233,10 +238,9 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
             return "min_val/max_val require grad"
     if type(dst_nbins) is not int or not 0 < dst_nbins < 2**32:
         return "dst_nbins not a positive 32-bit int"
-    if torch._C._len_torch_function_stack() or _in_dispatch_mode():
-        return "a torch function or dispatch mode is active"
-    if torch.compiler.is_compiling():
-        return "traced by dynamo"
+    reason = _modes_reason()
+    if reason is not None:
+        return reason
     if not _stock_error_methods(observer) or not _error_model_holds():
         return "error computation not modelled"
     if sum_lanes() is None:

@@ -13,18 +13,20 @@ import torch
 from arm_accel.control import counters, switch
 
 
+def thread_modes_active() -> bool:
+    """A torch function or dispatch mode is active on this thread. Both mode stacks are per
+    thread, and the dispatch stack's length counts the infra modes (fake, proxy, functional)
+    too. ``is_in_torch_dispatch_mode()`` is not read: it is a module-level flag, which another
+    thread's modes set, and which two threads' modes leaving out of order leave True for the
+    rest of the process."""
+    return bool(torch._C._len_torch_function_stack()) or bool(torch._C._len_torch_dispatch_stack())
+
+
 def modes_active() -> bool:
     """A torch function or dispatch mode is active on this thread, or dynamo is compiling:
     torch's ops would not run their CPU kernels on the tensors as they are, so the native paths
-    decline. Both mode stacks are per thread, and the dispatch stack's length counts the
-    infra modes (fake, proxy, functional) too. ``is_in_torch_dispatch_mode()`` is not read: it
-    is a module-level flag, which another thread's modes set, and which two threads' modes
-    leaving out of order leave True for the rest of the process."""
-    return (
-        bool(torch._C._len_torch_function_stack())
-        or bool(torch._C._len_torch_dispatch_stack())
-        or torch.compiler.is_compiling()
-    )
+    decline."""
+    return thread_modes_active() or torch.compiler.is_compiling()
 
 
 def float32_input(x: Any) -> bool:
