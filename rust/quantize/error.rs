@@ -204,7 +204,36 @@ pub fn error_terms(
 /// Stock's `density = histogram / bin_width` (float32, one division per bin): the same for
 /// every candidate of a search.
 pub fn densities(hist: &[f32], w: f32) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has the features the function is compiled for.
+            return unsafe { densities_avx512(hist, w) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above.
+            return unsafe { densities_avx2(hist, w) };
+        }
+    }
+    densities_body(hist, w)
+}
+
+/// [`densities`]' loop (IEEE divisions, the same quotients in any vector width).
+#[inline(always)]
+fn densities_body(hist: &[f32], w: f32) -> Vec<f32> {
     hist.iter().map(|&h| h / w).collect()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn densities_avx512(hist: &[f32], w: f32) -> Vec<f32> {
+    densities_body(hist, w)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn densities_avx2(hist: &[f32], w: f32) -> Vec<f32> {
+    densities_body(hist, w)
 }
 
 /// [`error_terms`]'s terms from the precomputed [`densities`] and the candidate's [`Scalars`],
@@ -298,21 +327,39 @@ pub fn terms_body<const F32_FLOOR: bool>(
     let neg_half_cubed = (-half) * (-half) * (-half);
     // Offsets below 2^24 (the caller checks): exact as i32 and as float32.
     let start = start_bin as i32;
-    let mut bad = 0u32;
     let n = density.len().min(out.len());
+    if n == 0 {
+        return true;
+    }
+    let edges = |i: usize| {
+        let begin = (i as i32 - start) as f32 * w;
+        (begin, begin + w)
+    };
+    let floor = |a: f32| {
+        if F32_FLOOR {
+            floor_div_fma(a, dw, inv32)
+        } else {
+            floor_div_reciprocal(a, dw64, inv)
+        }
+    };
+    // The domain holds for every edge iff it holds for the first bin's begin and the last
+    // bin's end (design.md: the edges are monotonic in the bin).
+    if !(floor(edges(0).0).1 && floor(edges(n - 1).1).1) {
+        return false;
+    }
+    let mut nan = false;
     for i in 0..n {
         let d = density[i];
-        let begin = (i as i32 - start) as f32 * w;
-        let end = begin + w;
-        let ((q_begin, begin_ok), (q_end, end_ok)) = if F32_FLOOR {
+        let (begin, end) = edges(i);
+        let (q_begin, q_end) = if F32_FLOOR {
             (
-                floor_div_fma(begin, dw, inv32),
-                floor_div_fma(end, dw, inv32),
+                floor_fma_in_domain(begin, dw, inv32),
+                floor_fma_in_domain(end, dw, inv32),
             )
         } else {
             (
-                floor_div_reciprocal(begin, dw64, inv),
-                floor_div_reciprocal(end, dw64, inv),
+                floor_reciprocal_in_domain(begin, dw64, inv),
+                floor_reciprocal_in_domain(end, dw64, inv),
             )
         };
         let first = clamp(q_begin, 0.0, top);
@@ -324,10 +371,10 @@ pub fn terms_body<const F32_FLOOR: bool>(
         let last_center = last * dw + half;
         let e = end - last_center;
         norm += d * ((e * e * e - neg_half_cubed) / 3.0);
-        bad |= u32::from(!(begin_ok & end_ok)) | u32::from(norm.is_nan());
+        nan |= norm.is_nan();
         out[i] = norm;
     }
-    bad == 0
+    !nan
 }
 
 /// The exact `floor(a / b)` in float32 (`b >= 2^-100`, see [`float32_floor_holds`]): the
@@ -344,8 +391,28 @@ fn floor_div_fma(a: f32, b: f32, inv: f32) -> (f32, bool) {
     let f = q.clamp(-limit, limit).floor();
     let over = f.mul_add(b, -a) > 0.0;
     let under = (f + 1.0).mul_add(b, -a) <= 0.0;
-    let f = f - f32::from(u8::from(over)) + f32::from(u8::from(under));
+    let f = f - if over { 1.0 } else { 0.0 } + if under { 1.0 } else { 0.0 };
     (f, modelled)
+}
+
+/// [`floor_div_fma`]'s quotient for an `a` inside its domain (the caller checked the flag on
+/// edges bounding `a`): the same operations without the domain test and the bound.
+#[inline(always)]
+fn floor_fma_in_domain(a: f32, b: f32, inv: f32) -> f32 {
+    let f = (a * inv).floor();
+    let over = f.mul_add(b, -a) > 0.0;
+    let under = (f + 1.0).mul_add(b, -a) <= 0.0;
+    f - if over { 1.0 } else { 0.0 } + if under { 1.0 } else { 0.0 }
+}
+
+/// [`floor_div_reciprocal`]'s quotient for an `a` inside its domain, as
+/// [`floor_fma_in_domain`].
+#[inline(always)]
+fn floor_reciprocal_in_domain(a: f32, b: f64, inv: f64) -> f32 {
+    let a = f64::from(a);
+    let f = (a * inv).floor();
+    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
+    f as f32
 }
 
 /// [`floor_div_flagged`] with the quotient from a product by `inv = 1 / b` (within a few ulps
