@@ -78,6 +78,31 @@ def record_calls(name: str, calls: int, accelerated: int, seconds: float) -> Non
         s.seconds += seconds
 
 
+def record_call_with(
+    name: str, seconds: float, served: tuple[tuple[str, int], ...], retraces: int = 0
+) -> None:
+    """One accelerated call of ``name`` (as :func:`record_call`) and, under the same lock,
+    ``n`` calls of each ``(entry, n)`` of ``served``, all accelerated, over the same seconds
+    (for a call that serves the entries of its parts at once)."""
+    mine = getattr(_thread, "calls", None)
+    if mine is None:
+        mine = _thread.calls = Counter()
+        _thread.accelerated = Counter()
+    mine[name] += 1
+    _thread.accelerated[name] += 1
+    with _lock:
+        s = _get(name)
+        s.calls += 1
+        s.accelerated += 1
+        s.retraces += retraces
+        s.seconds += seconds
+        for entry, n in served:
+            s = _get(entry)
+            s.calls += n
+            s.accelerated += n
+            s.seconds += seconds
+
+
 def record_fallback(name: str, reason: str) -> None:
     """The accelerated path declined (or failed) and the stock pass ran instead.
 

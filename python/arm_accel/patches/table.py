@@ -1094,11 +1094,15 @@ def group(name: str) -> Group:
     raise KeyError(name)
 
 
+#: ``MODELS`` by name, for the ``MODELS`` it was built from (tests replace the tuple).
+_by_name: tuple[tuple[Model, ...], dict[str, Model]] = ((), {})
+
+
 def model(name: str) -> Model:
-    for m in MODELS:
-        if m.name == name:
-            return m
-    raise KeyError(name)
+    global _by_name
+    if _by_name[0] is not MODELS:
+        _by_name = (MODELS, {m.name: m for m in reversed(MODELS)})
+    return _by_name[1][name]
 
 
 __all__ = ["EXECUTORCH_VERSIONS", "GROUPS", "MODELS", "TORCH_VERSIONS", "group", "model"]

@@ -213,12 +213,61 @@ def _models_sums(x: torch.Tensor, total: torch.Tensor, csum: torch.Tensor, lanes
     return bool(same_sum) and torch.equal(out.view(torch.int32), csum.view(torch.int32))
 
 
+_PLAIN = torch.Tensor
+_FLOAT32 = torch.float32
+_STRIDED = torch.strided
+
+
 def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
     """The one-call search's arguments (the histogram as a numpy array, ``min_val.item()``,
     ``max_val.item()``, ``dst_nbins``), or why it does not model ``observer``: what
     :func:`decline_reason` and :func:`_native_errors` ask, and a 0-dim float32 CPU range
-    without grad (the (min, max) it returns are such tensors), each attribute read once."""
-    hist, lo, hi, bins, dst_nbins = read_state(observer)
+    without grad (the (min, max) it returns are such tensors), each attribute read once.
+    The conditions are tested at once first; only a decline asks them one by one
+    (:func:`_whole_decline`), for its reason."""
+    state = read_state(observer)
+    hist, lo, hi, bins, dst_nbins = state
+    if (
+        type(hist) is _PLAIN
+        and type(lo) is _PLAIN
+        and type(hi) is _PLAIN
+        and hist.layout is _STRIDED
+        and lo.layout is _STRIDED
+        and hi.layout is _STRIDED
+        and hist.dtype is _FLOAT32
+        and lo.dtype is _FLOAT32
+        and hi.dtype is _FLOAT32
+        and hist.is_cpu
+        and lo.is_cpu
+        and hi.is_cpu
+        and not (hist.requires_grad or lo.requires_grad or hi.requires_grad)
+        and hist.dim() == 1
+        and lo.dim() == 0
+        and hi.dim() == 0
+        and hist.is_contiguous()
+        and type(bins) is int
+        and 1 <= bins < 2**24
+        and type(dst_nbins) is int
+        and 0 < dst_nbins < 2**32
+        and not thread_modes_active()
+        and not torch.compiler.is_compiling()
+        and _stock_error_methods(observer)
+        and _error_model_holds()
+        and _sum_lanes is not None
+        and _sum_lanes != _UNPROBED
+    ):
+        values = hist.numpy()
+        if len(values) == bins:
+            return values, lo.item(), hi.item(), dst_nbins
+    return _whole_decline(observer, state)
+
+
+def _whole_decline(
+    observer: Any, state: tuple[Any, Any, Any, Any, Any]
+) -> tuple[Any, float, float, int] | str:
+    """:func:`_whole_inputs`'s conditions one by one: the first that fails, or the arguments
+    (where the lanes were not probed yet)."""
+    hist, lo, hi, bins, dst_nbins = state
     plain = torch.Tensor
     if type(hist) is not plain or type(lo) is not plain or type(hi) is not plain:
         return "histogram or range not plain tensors"
@@ -290,10 +339,17 @@ def read_state(observer: Any) -> tuple[Any, Any, Any, Any, Any]:
     return observer.histogram, observer.min_val, observer.max_val, observer.bins, observer.dst_nbins
 
 
-def _error_model_holds() -> bool:
-    from arm_accel import patches
+#: ``arm_accel.patches.holds`` (imported on first use: the patch table imports this module).
+_holds: Any = None
 
-    return patches.holds(ERROR_MODEL)
+
+def _error_model_holds() -> bool:
+    global _holds
+    if _holds is None:
+        from arm_accel.patches import holds
+
+        _holds = holds
+    return _holds(ERROR_MODEL)  # type: ignore[no-any-return]
 
 
 def _search_whole(observer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -315,10 +371,11 @@ def _search_whole(observer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
                 torch.scalar_tensor(found[3], dtype=torch.float32),
                 torch.scalar_tensor(found[4], dtype=torch.float32),
             )
-            seconds = time.perf_counter() - t0
-            counters.record_calls(WHOLE_STATS_NAME, 1, 1, seconds)
-            counters.record_calls(ERROR_STATS_NAME, found[2], found[2], seconds)
-            counters.record_call(STATS_NAME, seconds, True)
+            counters.record_call_with(
+                STATS_NAME,
+                time.perf_counter() - t0,
+                ((WHOLE_STATS_NAME, 1), (ERROR_STATS_NAME, found[2])),
+            )
             return result
         inputs = found
     counters.record_calls(WHOLE_STATS_NAME, 1, 0, 0.0)
