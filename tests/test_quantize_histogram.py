@@ -464,3 +464,69 @@ def test_state_reads_are_attribute_reads() -> None:
             assert a is b or (isinstance(a, torch.Tensor) and torch.equal(a, b)), (a, b)
     assert qh.read_state(shadowed)[2] is vars(shadowed)["max_val"]
     assert qh.read_state(redirecting)[1].item() == -5.0
+
+
+def _altered_observers() -> list[tuple[str, HistogramObserver]]:
+    """Observers each with one state the one-call search does not model (and one it does)."""
+
+    def fed(**changes: Any) -> HistogramObserver:
+        obs = _observer(CONFIGS[0], 256)
+        obs(_samples("normal", 1.0, 0.0, 1000, 0))
+        for name, value in changes.items():
+            if name in obs._buffers:
+                obs._buffers[name] = value(obs._buffers[name])
+            else:
+                setattr(obs, name, value(getattr(obs, name)))
+        return obs
+
+    class Sub(torch.Tensor):
+        pass
+
+    return [
+        ("modelled", fed()),
+        ("histogram float64", fed(histogram=lambda h: h.double())),
+        ("histogram 2-d", fed(histogram=lambda h: h.reshape(16, 16))),
+        ("histogram strided", fed(histogram=lambda h: torch.stack([h, h], 1)[:, 0])),
+        ("histogram subclass", fed(histogram=lambda h: h.as_subclass(Sub))),
+        ("histogram grad", fed(histogram=lambda h: h.clone().requires_grad_())),
+        ("histogram sparse", fed(histogram=lambda h: h.to_sparse())),
+        ("min_val float64", fed(min_val=lambda v: v.double())),
+        ("max_val 1-d", fed(max_val=lambda v: v.reshape(1))),
+        ("min_val grad", fed(min_val=lambda v: v.clone().requires_grad_())),
+        ("max_val subclass", fed(max_val=lambda v: v.as_subclass(Sub))),
+        ("bins mismatch", fed(bins=lambda b: b + 1)),
+        ("bins not int", fed(bins=lambda b: float(b))),
+        ("dst_nbins zero", fed(dst_nbins=lambda d: 0)),
+        ("dst_nbins huge", fed(dst_nbins=lambda d: 2**32)),
+    ]
+
+
+@pytest.mark.parametrize(("label", "obs"), _altered_observers(), ids=lambda v: str(v)[:20])
+def test_whole_inputs_conditions_at_once_are_the_ones_one_by_one(
+    label: str, obs: HistogramObserver
+) -> None:
+    """The one-call search's conditions tested at once (``_whole_inputs``) accept what the
+    conditions tested one by one (``_whole_decline``) accept, and decline with the reason
+    those give, on observers altered one way each; under a dispatch mode too."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Passing(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return func(*args, **(kwargs or {}))
+
+    qh.sum_lanes()
+
+    def both() -> tuple[Any, Any]:
+        return qh._whole_inputs(obs), qh._whole_decline(obs, qh.read_state(obs))
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, str) or isinstance(b, str):
+            return a == b
+        return a[0].tobytes() == b[0].tobytes() and a[1:] == b[1:]
+
+    at_once, one_by_one = both()
+    assert same(at_once, one_by_one), (label, at_once, one_by_one)
+    assert isinstance(at_once, tuple) == (label == "modelled"), (label, at_once)
+    with Passing():
+        at_once, one_by_one = both()
+    assert isinstance(at_once, str) and same(at_once, one_by_one), (label, at_once)
