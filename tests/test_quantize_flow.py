@@ -252,3 +252,47 @@ def test_convert_generates_its_code_once() -> None:
     assert ours_code == stock_code
     assert ours_keys == stock_keys
     assert _eval_key(ours) - ours_start == _eval_key(stock) - stock_start
+
+
+_EVAL_KEY = re.compile(r"<eval_with_key>\.(\d+)")
+
+
+@pytest.mark.parametrize("name", ["dscnnkws", "llama1"])
+def test_eval_counter_moves_as_stocks(name: str) -> None:
+    """The user's script, stock then accelerated in one process (export, ``prepare_pt2e``,
+    calibration, ``convert_pt2e``, re-export): torch's ``<eval_with_key>`` counter moves as
+    far in each stage, and the re-exported program's stack traces (which name the converted
+    module's generated file, ``<eval_with_key>.N``) are stock's with each ``N`` taken relative
+    to the run's start. A fresh process running one side gives the same absolute numbers
+    then: with the in-place re-traces' recompiles deferred without their numbers, the
+    prepared module's code took fewer, and every later file number (so the re-export's stack
+    traces) differed from stock's."""
+    from torch.fx import graph_module
+
+    loader = graph_module._loader
+    model, inputs, mode = models.build(name)
+    runs = []
+    for accelerated in (False, True):
+        with arm_accel.enabled() if accelerated else arm_accel.disabled():
+            start = loader.next_id
+            moved = []
+            torch.manual_seed(0)
+            exported = torch.export.export(model, inputs, strict=True).module(check_guards=False)
+            moved.append(loader.next_id - start)
+            prepared = prepare_pt2e(exported, models.quantizer(mode))
+            moved.append(loader.next_id - start)
+            prepared(*inputs)
+            converted = convert_pt2e(prepared)
+            moved.append(loader.next_id - start)
+            program = torch.export.export(converted, inputs, strict=True)
+            moved.append(loader.next_id - start)
+        traces = [
+            _EVAL_KEY.sub(lambda m, start=start: f"<eval_with_key>.+{int(m[1]) - start}", trace)
+            for n in program.graph.nodes
+            if (trace := n.meta.get("stack_trace"))
+        ]
+        runs.append((moved, traces))
+    (stock_moved, stock_traces), (ours_moved, ours_traces) = runs
+    assert ours_moved == stock_moved
+    assert any("<eval_with_key>" in t for t in stock_traces)
+    assert ours_traces == stock_traces

@@ -262,9 +262,10 @@ def recompile(self: fx.GraphModule) -> Any:
     in_pipeline = _in_arm_pipeline()
     deferring = in_pipeline or _deferring.active()
     if deferring and switch.is_enabled() and deferred.deferrable(self):
-        # Outside the pipeline the code keeps stock's ``<eval_with_key>.N`` file name: the
-        # decompositions trace through generated code, so a frame of it could be recorded.
-        return deferred.defer(self, numbered=not in_pipeline)
+        # The code keeps stock's ``<eval_with_key>.N`` file name, taken now: torch's counter
+        # then stays stock's for every later compile (which traces through generated code
+        # record in stack traces: the re-export of a quantized module).
+        return deferred.defer(self, numbered=True)
     deferred.drop(self)
     return original("retrace_engine.recompile")(self)
 
