@@ -20,6 +20,9 @@ then to the accelerated one; the calibration seconds, the seconds inside
 
 ``phase`` (default): the whole phase, each stage stock then accelerated; seconds per stage,
 ratios, and whether the converted modules' q/dq nodes and the re-exported programs are equal.
+``--own-process N`` runs each side in its own interpreter instead (``phase-side``), alternating
+N times: the stages' seconds of every run, and whether the q/dq nodes and the re-exported
+program's code have the same digest in every run.
 
 ``guards``: the export and the re-export with the ``export.guard_cse`` rows off (stock's
 ``PyExprCSEPass``) and on, alternating ``--repeats`` times in one process (the rest of arm-accel on
@@ -37,6 +40,7 @@ arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTrac
     python benches/quantize.py observers --load /tmp/llama4-observers.pt --repeats 7
     python benches/quantize.py calibrate --batches 1 32 128
     python benches/quantize.py phase --model dscnnkws --batches 8
+    python benches/quantize.py phase --own-process 3
     python benches/quantize.py reexport --model llama16 --repeats 2
     python benches/quantize.py guards --repeats 5
 """
@@ -46,8 +50,13 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import hashlib
+import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -279,28 +288,40 @@ def _qdq(gm: fx.GraphModule) -> list[Any]:
     ]
 
 
+def phase_stages(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], mode: str, batches: list[Any]
+) -> list[tuple[str, Callable[[dict[str, Any]], Any]]]:
+    """The phase's stages in order: (label, what it runs on the side's state so far)."""
+
+    def quantizer() -> Any:
+        torch.manual_seed(0)
+        return models.quantizer(mode)
+
+    return [
+        ("export", lambda st: (export(model, inputs), quantizer())),
+        ("prepare", lambda st: prepare_pt2e(*st["export"])),
+        ("calibrate", lambda st: [st["prepare"](*b) for b in batches]),
+        ("convert", lambda st: convert_pt2e(st["prepare"])),
+        ("re-export", lambda st: torch.export.export(st["convert"], inputs, strict=True)),
+    ]
+
+
 def cmd_phase(args: argparse.Namespace) -> None:
+    if args.own_process:
+        cmd_phase_own_process(args)
+        return
     model, inputs, mode = models.build(args.model)
     batches = calibration_batches(args.model, inputs, args.batches)
     sides = ("stock", "accelerated")
     t: dict[str, dict[str, float]] = {s: {} for s in sides}
     state: dict[str, dict[str, Any]] = {s: {} for s in sides}
-
-    def stage(label: str, fn: Callable[[dict[str, Any]], Any]) -> None:
+    for label, fn in phase_stages(model, inputs, mode, batches):
         for side in sides:
-            out, dt = timed(lambda side=side: fn(state[side]), accelerated=side == "accelerated")
+            out, dt = timed(
+                lambda side=side, fn=fn: fn(state[side]), accelerated=side == "accelerated"
+            )
             state[side][label] = out
             t[side][label] = dt
-
-    def quantizer(st: dict[str, Any]) -> Any:
-        torch.manual_seed(0)
-        return models.quantizer(mode)
-
-    stage("export", lambda st: (export(model, inputs), quantizer(st)))
-    stage("prepare", lambda st: prepare_pt2e(*st["export"]))
-    stage("calibrate", lambda st: [st["prepare"](*b) for b in batches])
-    stage("convert", lambda st: convert_pt2e(st["prepare"]))
-    stage("re-export", lambda st: torch.export.export(st["convert"], inputs, strict=True))
 
     print(
         f"{args.model} ({mode}), {args.batches} calibration batch(es), "
@@ -319,6 +340,63 @@ def cmd_phase(args: argparse.Namespace) -> None:
     print(f"q/dq nodes identical: {qdq_same}; re-exported programs equal: {not diffs}")
     for d in diffs[:5]:
         print("  ", d)
+
+
+def cmd_phase_side(args: argparse.Namespace) -> None:
+    """One side of ``phase --own-process`` (the side ``ARM_ACCEL`` selects): the stages' seconds
+    and digests of the converted module's q/dq nodes and of the re-exported program's code,
+    as one JSON line."""
+    model, inputs, mode = models.build(args.model)
+    batches = calibration_batches(args.model, inputs, args.batches)
+    state: dict[str, Any] = {}
+    seconds: dict[str, float] = {}
+    for label, fn in phase_stages(model, inputs, mode, batches):
+        t0 = time.perf_counter()
+        state[label] = fn(state)
+        seconds[label] = time.perf_counter() - t0
+    program = state["re-export"].graph_module.print_readable(print_output=False)
+    digest = {
+        "qdq": hashlib.sha256(repr(_qdq(state["convert"])).encode()).hexdigest()[:16],
+        "program": hashlib.sha256(program.encode()).hexdigest()[:16],
+    }
+    print(json.dumps({"seconds": seconds, "digest": digest}))
+
+
+def cmd_phase_own_process(args: argparse.Namespace) -> None:
+    """``phase`` with each side in its own interpreter (``PYTHONHASHSEED=0``, ``ARM_ACCEL=0``
+    for stock), the sides alternating ``--own-process`` times: what a user's script, which runs
+    one side in a fresh process, waits for (in one process the side that runs second finds the
+    caches the first filled, torch's fake-tensor dispatch cache among them)."""
+    runs: dict[str, list[dict[str, Any]]] = {"stock": [], "accelerated": []}
+    for _ in range(args.own_process):
+        for side, flag in (("stock", "0"), ("accelerated", "1")):
+            env = {**os.environ, "ARM_ACCEL": flag, "PYTHONHASHSEED": "0"}
+            command = [sys.executable, __file__, "phase-side", "--model", args.model]
+            command += ["--batches", str(args.batches)]
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+            line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
+            runs[side].append(json.loads(line))
+    print(
+        f"{args.model}, {args.batches} calibration batch(es), each side in its own process, "
+        f"{args.own_process} run(s) each (every run; ratio of the fastest)"
+    )
+    labels = list(runs["stock"][0]["seconds"])
+    print(f"{'stage':<12}{'stock s':>22}{'accel s':>22}{'ratio':>8}")
+
+    def row(label: str, values: dict[str, list[float]]) -> None:
+        cells = [" ".join(f"{v:.2f}" for v in values[side]) for side in runs]
+        ratio = min(values["stock"]) / min(values["accelerated"])
+        print(f"{label:<12}{cells[0]:>22}{cells[1]:>22}{ratio:8.2f}")
+
+    for label in labels:
+        row(label, {side: [r["seconds"][label] for r in rs] for side, rs in runs.items()})
+    row(
+        "whole phase", {side: [sum(r["seconds"].values()) for r in rs] for side, rs in runs.items()}
+    )
+    digests = {json.dumps(r["digest"], sort_keys=True) for rs in runs.values() for r in rs}
+    print(
+        f"q/dq nodes and re-exported program code identical across every run: {len(digests) == 1}"
+    )
 
 
 def _report_off_on(runs: dict[str, list[tuple[float, float]]], inside: str) -> None:
@@ -427,11 +505,12 @@ def cmd_guards(args: argparse.Namespace) -> None:
     print(f"  guard functions equal: {functions['off'] == functions['on']}")
 
 
-def warm_up() -> None:
-    """One quantization phase of a small model, untimed: first-call costs (dynamo, lazy
-    imports, kernels) would otherwise land on whichever side runs first."""
+def warm_up(sides: tuple[bool, ...] = (False, True)) -> None:
+    """One quantization phase of a small model per side (accelerated or not), untimed:
+    first-call costs (dynamo, lazy imports, kernels) would otherwise land on whichever side
+    runs first."""
     model, inputs, mode = models.build("dscnnkws")
-    for accelerated in (False, True):
+    for accelerated in sides:
         with arm_accel.enabled() if accelerated else arm_accel.disabled():
             prepared = prepare_pt2e(export(model, inputs), models.quantizer(mode))
             prepared(*inputs)
@@ -445,7 +524,7 @@ def main() -> None:
         "what",
         nargs="?",
         default="phase",
-        choices=["phase", "search", "observers", "calibrate", "reexport", "guards"],
+        choices=["phase", "phase-side", "search", "observers", "calibrate", "reexport", "guards"],
     )
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
@@ -459,17 +538,27 @@ def main() -> None:
         "--stepwise", action="store_true", help="observers: time the stepwise search"
     )
     parser.add_argument(
+        "--own-process",
+        type=int,
+        default=0,
+        metavar="N",
+        help="phase: each side in its own process, alternating N times",
+    )
+    parser.add_argument(
         "--warm",
         action="store_true",
         help="observers: each side's runs in a row (warm caches) instead of alternating",
     )
     args = parser.parse_args()
-    if not args.no_warmup:
+    if args.what == "phase-side":
+        warm_up((arm_accel.is_enabled(),))  # this process's side only
+    elif not args.no_warmup and not args.own_process:
         warm_up()
     args.batches_list = args.batches
     args.batches = args.batches[0]
     commands = {
         "phase": cmd_phase,
+        "phase-side": cmd_phase_side,
         "search": cmd_search,
         "observers": cmd_observers,
         "calibrate": cmd_calibrate,
