@@ -388,18 +388,23 @@ fn floor_div_fma(a: f32, b: f32, inv: f32) -> (f32, bool) {
     let q = a * inv;
     let limit = QUOTIENT_LIMIT as f32;
     let modelled = a.is_finite() & (q.abs() < limit - 2.0);
-    let f = q.clamp(-limit, limit).floor();
-    let over = f.mul_add(b, -a) > 0.0;
-    let under = (f + 1.0).mul_add(b, -a) <= 0.0;
-    let f = f - if over { 1.0 } else { 0.0 } + if under { 1.0 } else { 0.0 };
-    (f, modelled)
+    (
+        fma_corrected(q.clamp(-limit, limit).floor(), a, b),
+        modelled,
+    )
 }
 
 /// [`floor_div_fma`]'s quotient for an `a` inside its domain (the caller checked the flag on
 /// edges bounding `a`): the same operations without the domain test and the bound.
 #[inline(always)]
 fn floor_fma_in_domain(a: f32, b: f32, inv: f32) -> f32 {
-    let f = (a * inv).floor();
+    fma_corrected((a * inv).floor(), a, b)
+}
+
+/// `f`, a floor of `a / b` off by at most one, corrected to the exact floor by the signs of
+/// `f * b - a` and `(f + 1) * b - a`, each rounded once by an fma.
+#[inline(always)]
+fn fma_corrected(f: f32, a: f32, b: f32) -> f32 {
     let over = f.mul_add(b, -a) > 0.0;
     let under = (f + 1.0).mul_add(b, -a) <= 0.0;
     f - if over { 1.0 } else { 0.0 } + if under { 1.0 } else { 0.0 }
@@ -410,9 +415,14 @@ fn floor_fma_in_domain(a: f32, b: f32, inv: f32) -> f32 {
 #[inline(always)]
 fn floor_reciprocal_in_domain(a: f32, b: f64, inv: f64) -> f32 {
     let a = f64::from(a);
-    let f = (a * inv).floor();
-    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
-    f as f32
+    reciprocal_corrected((a * inv).floor(), a, b) as f32
+}
+
+/// `f`, a floor of `a / b` off by at most one, corrected to the exact floor by the exact f64
+/// products `f * b` and `(f + 1) * b` (`|f| <= 2^20`, `b` a float32).
+#[inline(always)]
+fn reciprocal_corrected(f: f64, a: f64, b: f64) -> f64 {
+    f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a))
 }
 
 /// [`floor_div_flagged`] with the quotient from a product by `inv = 1 / b` (within a few ulps
@@ -424,10 +434,9 @@ fn floor_div_reciprocal(a: f32, b: f64, inv: f64) -> (f32, bool) {
     let a = f64::from(a);
     let q = a * inv;
     let modelled = a.is_finite() & (q.abs() < QUOTIENT_LIMIT - 2.0);
-    // Bounded so the products below stay exact even where the flag declines.
+    // Bounded so the products stay exact even where the flag declines.
     let f = q.clamp(-QUOTIENT_LIMIT, QUOTIENT_LIMIT).floor();
-    let f = f - f64::from(u8::from(f * b > a)) + f64::from(u8::from((f + 1.0) * b <= a));
-    (f as f32, modelled)
+    (reciprocal_corrected(f, a, b) as f32, modelled)
 }
 
 #[cfg(test)]
