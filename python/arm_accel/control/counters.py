@@ -52,14 +52,19 @@ def _get(name: str) -> _Counts:
     return s
 
 
-def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0) -> None:
-    """One finished call of pass ``name``; ``accelerated`` is False for a stock run."""
+def _count_in_thread(name: str, accelerated: bool) -> None:
+    """One call of ``name`` in this thread's own counts."""
     mine = getattr(_thread, "calls", None)
     if mine is None:
         mine = _thread.calls = Counter()
         _thread.accelerated = Counter()
     mine[name] += 1
     _thread.accelerated[name] += int(accelerated)
+
+
+def record_call(name: str, seconds: float, accelerated: bool, retraces: int = 0) -> None:
+    """One finished call of pass ``name``; ``accelerated`` is False for a stock run."""
+    _count_in_thread(name, accelerated)
     with _lock:
         s = _get(name)
         s.calls += 1
@@ -84,12 +89,7 @@ def record_call_with(
     """One accelerated call of ``name`` (as :func:`record_call`) and, under the same lock,
     ``n`` calls of each ``(entry, n)`` of ``served``, all accelerated, over the same seconds
     (for a call that serves the entries of its parts at once)."""
-    mine = getattr(_thread, "calls", None)
-    if mine is None:
-        mine = _thread.calls = Counter()
-        _thread.accelerated = Counter()
-    mine[name] += 1
-    _thread.accelerated[name] += 1
+    _count_in_thread(name, True)
     with _lock:
         s = _get(name)
         s.calls += 1
