@@ -252,9 +252,9 @@ def test_every_recompile_of_a_lowering_gets_stocks_code(monkeypatch: pytest.Monk
     taken: list[tuple[fx.GraphModule, deferred.Snapshot, str]] = []
     defer = deferred.defer
 
-    def recording(gm: fx.GraphModule, numbered: bool = False) -> deferred.DeferredCode:
+    def recording(gm: fx.GraphModule) -> deferred.DeferredCode:
         expected = patches.original("retrace_engine.python_code")(gm._graph, "self").src
-        result = defer(gm, numbered)
+        result = defer(gm)
         snap = deferred.pending(gm)
         assert snap is not None
         taken.append((gm, snap, expected))

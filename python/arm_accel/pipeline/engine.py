@@ -258,14 +258,14 @@ def forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) 
 
 
 def recompile(self: fx.GraphModule) -> Any:
-    # In the pipeline the code is generated when first used (``deferred``), else at once.
-    in_pipeline = _in_arm_pipeline()
-    deferring = in_pipeline or _deferring.active()
+    # In the pipeline and deferring_recompiles() the code is generated when first used
+    # (``deferred``), else at once.
+    deferring = _in_arm_pipeline() or _deferring.active()
     if deferring and switch.is_enabled() and deferred.deferrable(self):
         # The code keeps stock's ``<eval_with_key>.N`` file name, taken now: torch's counter
         # then stays stock's for every later compile (which traces through generated code
         # record in stack traces: the re-export of a quantized module).
-        return deferred.defer(self, numbered=True)
+        return deferred.defer(self)
     deferred.drop(self)
     return original("retrace_engine.recompile")(self)
 

@@ -49,10 +49,10 @@ class Snapshot:
     key: tuple[Any, ...]
     alive: list[Any]
     custom: dict[fx.Node, dict[Any, Any]]
-    code: PythonCode | None = field(default=None)
     #: The ``<eval_with_key>.N`` number stock's recompile would have compiled the code under
-    #: (taken from torch's counter at the recompile), or None to number it when compiled.
-    eval_id: int | None = field(default=None)
+    #: (taken from torch's counter at the recompile).
+    eval_id: int
+    code: PythonCode | None = field(default=None)
 
 
 @functools.cache
@@ -95,13 +95,20 @@ def _co_fields(graph: fx.Graph) -> dict[str, Any]:
 _CUSTOM_ATTR = "_arm_accel_custom"
 
 
-def snapshot(graph: fx.Graph) -> Snapshot:
+def snapshot(graph: fx.Graph, eval_id: int) -> Snapshot:
     key, alive = codegen.source_key(graph)
     custom = _custom_copies(graph)
     setattr(graph, _CUSTOM_ATTR, custom)
     gen = graph._codegen
     return Snapshot(
-        graph, gen, getattr(gen, "pytree_info", None), _co_fields(graph), key, alive, custom
+        graph,
+        gen,
+        getattr(gen, "pytree_info", None),
+        _co_fields(graph),
+        key,
+        alive,
+        custom,
+        eval_id,
     )
 
 
@@ -206,10 +213,8 @@ def reserve_eval_id() -> int:
 
 
 def _compile(code: PythonCode, snap: Snapshot) -> Any:
-    """``forward`` compiled from the code, under the number reserved for it if any (so the file
-    name of its frames, which traces through it record in stack traces, is stock's)."""
-    if snap.eval_id is None:
-        return fx_graph_module._forward_from_src(code.src, code.globals, snap.co_fields)
+    """``forward`` compiled from the code, under the number reserved for it (so the file name
+    of its frames, which traces through it record in stack traces, is stock's)."""
     loader = fx_graph_module._loader
     with _lock:
         following = loader.next_id
@@ -341,16 +346,14 @@ def _wrap_call(cls: type) -> None:
     cls.__call__ = call_wrapped  # type: ignore[method-assign]
 
 
-def defer(gm: fx.GraphModule, numbered: bool = False) -> DeferredCode:
-    """Stock's recompile with the code generation deferred (``deferrable(gm)`` holds);
-    ``numbered``: the code's ``<eval_with_key>.N`` number is taken now, as stock takes it."""
+def defer(gm: fx.GraphModule) -> DeferredCode:
+    """Stock's recompile with the code generation deferred (``deferrable(gm)`` holds); the
+    code's ``<eval_with_key>.N`` number is taken now, as stock's compile takes it."""
     graph = gm._graph
     if isinstance(graph._codegen, _PyTreeCodeGen):
         gm._in_spec = graph._codegen.pytree_info.in_spec
         gm._out_spec = graph._codegen.pytree_info.out_spec
-    snap = snapshot(graph)
-    if numbered:
-        snap.eval_id = reserve_eval_id()
+    snap = snapshot(graph, reserve_eval_id())
     _make_lazy(gm)
     _wrap_call(type(gm))
     with _lock:
