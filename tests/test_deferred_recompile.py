@@ -10,6 +10,7 @@ source, line map, ``str()``, ``forward``'s signature and result, its pickle, the
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import inspect
@@ -391,3 +392,28 @@ def test_unlifted_module_is_deferred_like_stock() -> None:
     assert ours[2] == stock[2]
     assert torch.equal(ours[3], stock[3])
     assert ours[4:] == stock[4:]
+
+
+def test_remembered_forward_takes_stocks_number() -> None:
+    """A module the pipeline cannot defer (it has a GraphModule child) recompiled twice with
+    the same code, stock and inside the pipeline: the second compile is served by the memo
+    (counted), and torch's ``<eval_with_key>`` counter moves as far as stock's."""
+    from arm_accel.runtime import codegen
+    from torch.fx import graph_module
+
+    loader = graph_module._loader
+
+    def moved(in_pipeline: bool) -> int:
+        parent = traced()
+        parent.child = traced()
+        assert not deferred.deferrable(parent)
+        start = loader.next_id
+        with engine.arm_pipeline() if in_pipeline else contextlib.nullcontext():
+            parent.recompile()
+            parent.recompile()
+        return loader.next_id - start
+
+    stock = moved(False)
+    hits = codegen.hits["forward"]
+    assert moved(True) == stock
+    assert codegen.hits["forward"] > hits

@@ -254,7 +254,7 @@ def forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) 
     stock = original("retrace_engine.forward_from_src")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock(src, globals_, co_fields)
-    return codegen.forward_from_src(stock, src, globals_, co_fields)
+    return codegen.forward_from_src(stock, src, globals_, co_fields, deferred.reserve_eval_id)
 
 
 def recompile(self: fx.GraphModule) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from torch import fx
@@ -163,13 +164,22 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
     return entry[0]
 
 
-def forward_from_src(stock: Any, src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
+def forward_from_src(
+    stock: Any,
+    src: str,
+    globals_: dict[str, Any],
+    co_fields: Any,
+    take_number: Callable[[], object],
+) -> Any:
     """``torch.fx.graph_module._forward_from_src`` through the memo: the same source with the
-    same globals object (a remembered ``python_code``) compiles to the same function."""
+    same globals object (a remembered ``python_code``) compiles to the same function. A hit
+    still calls ``take_number`` for the ``<eval_with_key>`` number stock's compile would take,
+    so torch's counter stays stock's (the function keeps its first compile's file name)."""
     key = (src, id(globals_), tuple(sorted((co_fields or {}).items())))
     entry = _recall(_forwards, key)
     if entry is not None and entry[0] is globals_:
         hits["forward"] += 1
+        take_number()
         return entry[1]
     forward = stock(src, globals_, co_fields)
     _remember(_forwards, key, (globals_, forward))
