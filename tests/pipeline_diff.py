@@ -10,18 +10,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from arm_accel.control import switch
+from arm_accel.runtime import eval_counter
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from arm_accel.tools import models
 from torch import fx
 
-#: (pass name, graph after it, modified, users order and find_nodes index order after it)
-PassRecord = tuple[str, fx.GraphModule, bool, tuple[Any, ...]]
+#: (pass name, graph after it, modified, users order and find_nodes index order after it,
+#: ``<eval_with_key>`` numbers the pass took)
+PassRecord = tuple[str, fx.GraphModule, bool, tuple[Any, ...], int]
 
 
 @dataclass
 class Lowering:
     passes: list[PassRecord]
     tosa: list[bytes]
+    #: ``<eval_with_key>`` numbers: taken by the whole lowering, and those of the edge program's
+    #: module and of each lowered module's program's module, counted from the lowering's start
+    numbers: tuple[int, ...]
+
+
+def _file_number(gm: fx.GraphModule) -> int:
+    """The ``<eval_with_key>.N`` number of the file ``gm``'s code was compiled under."""
+    name = gm.forward.__code__.co_filename
+    assert name.startswith("<eval_with_key>."), name
+    return int(name.split(".")[1].split()[0])
 
 
 def users_order(graph_module: fx.GraphModule) -> tuple[tuple[int, ...], ...]:
@@ -49,7 +61,7 @@ def orders(graph_module: fx.GraphModule) -> tuple[Any, ...]:
 @contextmanager
 def record_passes() -> Iterator[list[PassRecord]]:
     """A deep copy of the exported program's graph after each pass the Arm pass manager runs,
-    with its users and find_nodes index orders."""
+    with its users and find_nodes index orders and the ``<eval_with_key>`` numbers it took."""
     from executorch.backends.arm._passes import arm_pass_manager as apm
 
     records: list[PassRecord] = []
@@ -57,10 +69,12 @@ def record_passes() -> Iterator[list[PassRecord]]:
     original = adapter.call
 
     def call(self: Any, exported_program: Any) -> Any:
+        start = eval_counter.position()
         result = original(self, exported_program)
+        numbers = eval_counter.position() - start
         gm = result.exported_program.graph_module
         name = apm._graph_pass_name(self.graph_pass)
-        records.append((name, copy.deepcopy(gm), result.modified, orders(gm)))
+        records.append((name, copy.deepcopy(gm), result.modified, orders(gm), numbers))
         return result
 
     adapter.call = call  # type: ignore[method-assign]
@@ -72,14 +86,21 @@ def record_passes() -> Iterator[list[PassRecord]]:
 
 def lower(exported: Any, mode: str, accelerated: bool) -> Lowering:
     """``models.lower`` of a deep copy of ``exported``, with acceleration on or off."""
+    from executorch.exir.lowered_backend_module import get_lowered_submodules
+
     program = copy.deepcopy(exported)
     with tracking_graphs(), record_passes() as records:
+        start = eval_counter.position()
         if accelerated:
             edge = models.lower(program, mode)
         else:
             with switch.disabled():
                 edge = models.lower(program, mode)
-    return Lowering(records, models.tosa_bytes(edge))
+        end = eval_counter.position()
+    gm = edge.exported_program().graph_module
+    lowered = [m.original_module.graph_module for _, m, _ in get_lowered_submodules(gm)]
+    numbers = (end - start, *(_file_number(m) - start for m in (gm, *lowered)))
+    return Lowering(records, models.tosa_bytes(edge), numbers)
 
 
 def assert_passes_identical(
@@ -87,14 +108,21 @@ def assert_passes_identical(
 ) -> None:
     """Same passes in the same order, each with the same ``modified``, an identical graph after
     it (``assert_graphs_identical``, provenance graphs numbered over the whole lowering: a
-    record names the same graph as another, in any pass, exactly when stock's does) and the
-    same users and find_nodes index orders."""
+    record names the same graph as another, in any pass, exactly when stock's does), the
+    same users and find_nodes index orders, and as many ``<eval_with_key>`` numbers taken."""
     assert [p[0] for p in stock] == [p[0] for p in accelerated], f"{where}pass lists differ"
     labels = (GraphLabels(), GraphLabels())
-    for (name, expected, modified, order), (_, actual, modified_ours, order_ours) in zip(
-        stock, accelerated, strict=True
-    ):
+    for (name, expected, modified, order, numbers), (
+        _,
+        actual,
+        modified_ours,
+        order_ours,
+        ours,
+    ) in zip(stock, accelerated, strict=True):
         assert modified == modified_ours, f"{where}{name}: modified {modified} != {modified_ours}"
+        assert numbers == ours, (
+            f"{where}{name}: took {ours} <eval_with_key> numbers, stock {numbers}"
+        )
         try:
             assert_graphs_identical(expected, actual, labels)
         except AssertionError as exc:
@@ -110,6 +138,12 @@ def assert_passes_identical(
 
 
 def assert_lowerings_identical(stock: Lowering, accelerated: Lowering) -> None:
-    """Every pass identical (:func:`assert_passes_identical`) and the same TOSA bytes."""
+    """Every pass identical (:func:`assert_passes_identical`), the same TOSA bytes, and the
+    ``<eval_with_key>`` counter moved as stock's (:attr:`Lowering.numbers`)."""
     assert_passes_identical(stock.passes, accelerated.passes)
     assert stock.tosa == accelerated.tosa, "TOSA bytes differ"
+    assert stock.numbers == accelerated.numbers, (
+        "<eval_with_key> numbers",
+        stock.numbers,
+        accelerated.numbers,
+    )

@@ -33,6 +33,7 @@ from arm_accel.pipeline.passes import (
 from arm_accel.pipeline.passes.base import _stock_class
 from arm_accel.pipeline.passes.propagate import accelerated, scan_plan
 from arm_accel.pipeline.passes.propagate.retrace import VirtualRetracer
+from arm_accel.runtime import eval_counter
 from arm_accel.testing import assert_graphs_equal
 from arm_accel.tools import capture, models
 from arm_accel.tools.fusion_replay import ACCELERATED, as_class, tosa_context
@@ -118,15 +119,22 @@ def _classes(record: capture.Captured) -> tuple[type, type]:
 
 
 def _replay(lowering: Lowering, records: list[capture.Captured], hits: Counter[str]) -> None:
-    """Records through stock and ours (fault installed by the caller), graphs equal, up to
-    the first whose call hit the fault (to keep the matrix cheap)."""
+    """Records through stock and ours (fault installed by the caller), graphs equal and as
+    many ``<eval_with_key>`` numbers taken (a rolled-back call gives its own back), up to the
+    first whose call hit the fault (to keep the matrix cheap)."""
     counters.reset()
     with tosa_context(lowering.records):
         for record in records:
             stock_cls, ours_cls = _classes(record)
+            graph = record.fresh_graph()
+            start = eval_counter.position()
             with switch.disabled():
-                expected = as_class(record.pass_instance, stock_cls).call(record.fresh_graph())
-            got = as_class(record.pass_instance, ours_cls).call(record.fresh_graph())
+                expected = as_class(record.pass_instance, stock_cls).call(graph)
+            stock_numbers = eval_counter.position() - start
+            graph = record.fresh_graph()
+            start = eval_counter.position()
+            got = as_class(record.pass_instance, ours_cls).call(graph)
+            assert eval_counter.position() - start == stock_numbers, "<eval_with_key> numbers"
             assert expected.modified == got.modified
             assert_graphs_equal(expected.graph_module, got.graph_module)
             if hits["hit"]:

@@ -34,7 +34,7 @@ from arm_accel.edge import cia_ops, dtype_check, export_outputs, param_meta, sub
 from arm_accel.fxstock import meta as fxmeta
 from arm_accel.fxstock import names
 from arm_accel.pipeline import engine
-from arm_accel.runtime import collector, deferred, fake_memo, provenance
+from arm_accel.runtime import collector, deferred, eval_counter, fake_memo, provenance
 
 STATS_NAME = "to_edge.run_decompositions"
 
@@ -569,13 +569,25 @@ def replay_program(
     the nodes whose target changed since the trace that made ``ep``: only they run (on fake
     values, see :func:`_run_as_traced`); every other node would compute as last time."""
     mod = ep.module()
+    unlifted = eval_counter.position()
     placeholder_meta = _param_buffer_meta(mod)
     seq_nr = torch.autograd._get_sequence_nr() - 1
-    traced = _trace_rewritten(ep, table, stock)
+    with eval_counter.scratch():  # modules of the subtraces only: stock makes none of them
+        traced = _trace_rewritten(ep, table, stock)
     graph = _replay_graph(ep, mod, placeholder_meta, seq_nr, traced, table, swapped)
     if traced is not None:
         _drop_dead(graph)
+    # Stock's compiles after its unlift, but the last two (design.md, "The eval counter").
+    eval_counter.take(unlifted + DECOMPOSITION_NUMBERS - 2 - eval_counter.position())
     return _program_of(ep, mod, graph)
+
+
+#: The ``<eval_with_key>`` numbers stock's ``run_decompositions`` of a program without
+#: submodules takes after its unlift (``ep.module()``): the aten trace's two modules, the
+#: runtime-assertion, constant-registration, placeholder-naming and copy-removal passes'
+#: recompiles, one more ``forward`` compile, and last the ``ExportedProgram``'s module. The
+#: replay's :func:`_program_of` takes the last two (its root, the program's module).
+DECOMPOSITION_NUMBERS = 8
 
 
 def _param_buffer_meta(mod: fx.GraphModule) -> dict[str, dict[str, Any]]:
@@ -819,13 +831,16 @@ def _decompose_sharing(
         reason = _edited_only_by_target_swaps(ep, stage) or decline_reason(ep, table)
     failure: Exception | None = None
     if reason is None:
+        numbers = eval_counter.position()
         try:
             result = replay_program(ep, stage.swapped(ep), table, stock)
         except subtrace.Declined as exc:  # found only once the rewritten nodes were traced
             reason = str(exc)
+            eval_counter.rewind(numbers)  # the stock call takes them
         except Exception as exc:  # never wrong: any surprise runs the stock call
             failure = exc
             reason = f"replay failed: {exc!r}"
+            eval_counter.rewind(numbers)
         else:
             counters.record_call(STATS_NAME, time.perf_counter() - t0, accelerated=True)
             return result

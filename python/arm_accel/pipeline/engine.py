@@ -27,7 +27,7 @@ from torch.fx.passes.infra.pass_base import PassResult
 from arm_accel.control import counters, switch
 from arm_accel.fxstock import freshness
 from arm_accel.patches import original
-from arm_accel.runtime import codegen, collector, deferred
+from arm_accel.runtime import codegen, collector, deferred, eval_counter
 from arm_accel.runtime.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -254,7 +254,7 @@ def forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) 
     stock = original("retrace_engine.forward_from_src")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock(src, globals_, co_fields)
-    return codegen.forward_from_src(stock, src, globals_, co_fields, deferred.reserve_eval_id)
+    return codegen.forward_from_src(stock, src, globals_, co_fields, eval_counter.take)
 
 
 def recompile(self: fx.GraphModule) -> Any:

@@ -23,7 +23,7 @@ from torch.fx import graph_module as fx_graph_module
 from torch.fx.experimental import _config as fx_experimental_config
 from torch.fx.graph import CodeGen, PythonCode, _PyTreeCodeGen
 
-from arm_accel.runtime import codegen
+from arm_accel.runtime import codegen, eval_counter
 
 #: The attributes stock's recompile sets on the module that are read back as they were set.
 LAZY_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start")
@@ -203,30 +203,15 @@ def _install(gm: fx.GraphModule, code: PythonCode, snap: Snapshot) -> None:
     type(gm).forward = _compile(code, snap)
 
 
-def reserve_eval_id() -> int:
-    """Take the next number of torch's ``<eval_with_key>.N`` counter, as a compile would."""
-    loader = fx_graph_module._loader
-    with _lock:
-        number: int = loader.next_id
-        loader.next_id = number + 1
-    return number
-
-
 def _compile(code: PythonCode, snap: Snapshot) -> Any:
     """``forward`` compiled from the code, under the number reserved for it (so the file name
     of its frames, which traces through it record in stack traces, is stock's)."""
-    loader = fx_graph_module._loader
-    with _lock:
-        following = loader.next_id
-        loader.next_id = snap.eval_id
-        try:
-            # stock's ``_forward_from_src`` itself (not a memo that may hand back a function
-            # compiled under another number)
-            return fx_graph_module._method_from_src(
-                method_name="forward", src=code.src, globals=code.globals, co_fields=snap.co_fields
-            )
-        finally:
-            loader.next_id = following
+    with eval_counter.numbered(snap.eval_id):
+        # stock's ``_forward_from_src`` itself (not a memo that may hand back a function
+        # compiled under another number)
+        return fx_graph_module._method_from_src(
+            method_name="forward", src=code.src, globals=code.globals, co_fields=snap.co_fields
+        )
 
 
 def pending(gm: fx.GraphModule) -> Snapshot | None:
@@ -353,7 +338,7 @@ def defer(gm: fx.GraphModule) -> DeferredCode:
     if isinstance(graph._codegen, _PyTreeCodeGen):
         gm._in_spec = graph._codegen.pytree_info.in_spec
         gm._out_spec = graph._codegen.pytree_info.out_spec
-    snap = snapshot(graph, reserve_eval_id())
+    snap = snapshot(graph, eval_counter.take())
     _make_lazy(gm)
     _wrap_call(type(gm))
     with _lock:

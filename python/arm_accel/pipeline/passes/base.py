@@ -18,6 +18,7 @@ import torch.fx
 
 from arm_accel.control import counters, switch
 from arm_accel.fxstock import GraphJournal
+from arm_accel.runtime import eval_counter
 
 logger = logging.getLogger("arm_accel")
 
@@ -95,6 +96,23 @@ class AcceleratedPass:
         raise NotImplementedError
 
     # -- helpers ---------------------------------------------------------------------------
+    def accel_recompile_number(self) -> None:
+        """Where stock's ``call`` recompiles right before its re-trace (its class's
+        ``_recompile_before_retrace``, the ``backends.transforms`` fusions): ours does not (the
+        re-trace generates the code anew) and takes the recompile's ``<eval_with_key>`` number
+        in its place."""
+        if getattr(_stock_class(type(self)), "_recompile_before_retrace", False):
+            eval_counter.take(eval_counter.RECOMPILE)
+
+    @property
+    def _recompile_before_retrace(self) -> bool:
+        """Read by stock's own ``call`` where it may recompile (a pass that runs it): switched
+        off, stock's answer; else :meth:`accel_recompile_number`, and no recompile."""
+        if not switch.is_enabled():
+            return bool(getattr(_stock_class(type(self)), "_recompile_before_retrace", False))
+        self.accel_recompile_number()
+        return False
+
     def note_retrace(self, n: int = 1) -> None:
         """Count a re-trace (e.g. an ExportPass retrace) of the current call in the stats."""
         self._accel_retraces = getattr(self, "_accel_retraces", 0) + n
@@ -127,6 +145,7 @@ class AcceleratedPass:
                 raise
         else:
             journal = GraphJournal(graph_module)
+            numbers = eval_counter.position()
             try:
                 result = self.accel_apply(graph_module, plan, journal)
                 if not journal.done:
@@ -136,6 +155,7 @@ class AcceleratedPass:
                 logger.debug("arm_accel: %s apply failed, rolling back", name, exc_info=True)
                 if not journal.done:
                     journal.rollback()
+                eval_counter.rewind(numbers)  # the stock pass takes them
                 if switch.strict():
                     counters.record_fallback(name, f"strict: {reason}")
                     raise

@@ -118,7 +118,6 @@ def collect_chains(
 class AccelCanonicalizeMixin(AcceleratedPass):
     """Rust chain collection for any ``CanonicalizeViewCopyPermutePass`` (list it first)."""
 
-    _recompile_before_retrace = False
     accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
     _accel_chains: list[list[fx.Node]] | None = None
 

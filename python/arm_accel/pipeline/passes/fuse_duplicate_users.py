@@ -207,7 +207,6 @@ def _fuse_user(
 class AccelFuseDuplicateUsersMixin(AcceleratedPass):
     """Screened, exact-revisit producer queue for any ``FuseDuplicateUsersPass`` (list it first)."""
 
-    _recompile_before_retrace = False
     accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
 
     def accel_plan(self, graph_module: fx.GraphModule) -> DuplicateUsersPlan | None:
@@ -315,6 +314,7 @@ class AccelFuseDuplicateUsersMixin(AcceleratedPass):
         journal.checkpoint()
         modified = self._fuse_all(graph_module.graph, plan)
         if modified:
+            self.accel_recompile_number()
             graph_module.graph.lint()
             graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
             self.note_retrace()

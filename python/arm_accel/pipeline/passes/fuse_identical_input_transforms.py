@@ -27,6 +27,7 @@ from torch import fx
 from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import call_nodes_with_targets
 from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
+from arm_accel.runtime import eval_counter
 
 logger = logging.getLogger("arm_accel")
 
@@ -39,8 +40,10 @@ _BaseFuse = _stock_class(__BaseFuse_maybe_swapped)
 def normalize_placeholders(
     graph_module: fx.GraphModule, exported_program: Any, permute_targets: frozenset[Any]
 ) -> bool:
-    """Stock ``NormalizeTransformInputPlaceholdersPass`` on the placeholders only, without its
-    ``recompile()``; returns whether it renamed anything."""
+    """Stock ``NormalizeTransformInputPlaceholdersPass`` on the placeholders only, without
+    making the pass or its ``recompile()`` (their ``<eval_with_key>`` numbers taken); returns
+    whether it renamed anything."""
+    eval_counter.take(eval_counter.EXPORT_PASS_INIT)
     if exported_program is None:
         return False
     placeholders = graph_module.graph.find_nodes(op="placeholder")  # graph order
@@ -71,13 +74,13 @@ def normalize_placeholders(
             norm._renamed_input_spec(spec, name_updates) for spec in signature.input_specs
         ]
     graph_module.graph.lint()
+    eval_counter.take(eval_counter.RECOMPILE)
     return True
 
 
 class AccelFuseIdenticalInputTransformsMixin(AcceleratedPass):
     """Candidate-only fixed point for any ``FuseIdenticalInputTransformsPass`` (list it first)."""
 
-    _recompile_before_retrace = False
     accel_recompile = False  # as stock: its re-trace (or nothing) follows the edits
 
     def accel_plan(self, graph_module: fx.GraphModule) -> list[fx.Node]:
@@ -115,6 +118,7 @@ class AccelFuseIdenticalInputTransformsMixin(AcceleratedPass):
             graph = graph_module.graph
             graph.eliminate_dead_code()
             graph.lint()
+            self.accel_recompile_number()
             graph_module = super(_BaseFuse, self).call(graph_module).graph_module  # type: ignore[misc]
             self.note_retrace()
         return PassResult(graph_module, modified)

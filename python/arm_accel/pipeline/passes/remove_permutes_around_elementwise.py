@@ -29,6 +29,7 @@ from arm_accel.fxstock import GraphJournal
 from arm_accel.native.table import call_nodes_with_targets, constant_names, export_light
 from arm_accel.pipeline.passes.base import AcceleratedPass, Decline, _stock_class
 from arm_accel.pipeline.passes.kernels import no_class, run_kernel
+from arm_accel.runtime import eval_counter
 
 logger = logging.getLogger("arm_accel")
 
@@ -100,8 +101,8 @@ class AccelRemovePermutesMixin(AcceleratedPass):
         return node in consts or _BaseRemove._is_constant(self, node)  # type: ignore[arg-type]
 
     def _accel_call(self, graph_module: fx.GraphModule, permutes: list[fx.Node]) -> PassResult:
-        """Stock ``RemovePermutesAroundElementwiseOps.call`` without the recompile, its scan
-        over the permute nodes only (the walks do not edit the graph)."""
+        """Stock ``RemovePermutesAroundElementwiseOps.call`` without the recompile (its number
+        taken), its scan over the permute nodes only (the walks do not edit the graph)."""
         self._sq_unsq_cache.clear()
         self._interleave_cache.clear()
         subgraphs_found: list[Any] = []
@@ -127,6 +128,7 @@ class AccelRemovePermutesMixin(AcceleratedPass):
 
         if modified:
             graph_module.graph.eliminate_dead_code()
+            eval_counter.take(eval_counter.RECOMPILE)  # stock recompiles here: its number
             self.note_retrace()
             return super(_BaseRemove, self).call(graph_module)  # type: ignore[misc]
         return PassResult(graph_module, False)

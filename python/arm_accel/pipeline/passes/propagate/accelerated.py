@@ -42,6 +42,7 @@ from arm_accel.pipeline.passes.propagate.retrace import (
     provenance_pass_name,
     unmodelled_node_kind,
 )
+from arm_accel.runtime import eval_counter
 
 logger = logging.getLogger("arm_accel")
 
@@ -136,6 +137,7 @@ class _VirtualRetraceBase(ExportPass):
                         prologue=False,
                         arm_pass=isinstance(self, ArmPass),
                     )
+                eval_counter.take(eval_counter.EXPORT_PASS_CALL)  # stock's re-trace compiles
                 return PassResult(graph_module, True)
             except VirtualRetraceUnsupported as exc:
                 counters.record_fallback(self._arm_accel_owner, f"virtual retrace: {exc}")
@@ -304,6 +306,7 @@ class _AcceleratedPropagation:
         received and the stock pass run on it; the fallback reason, None when accelerated."""
         journal = GraphJournal(graph_module)
         journal.checkpoint()
+        numbers = eval_counter.position()
         # No re-trace yet: the first one, real or virtual, recomputes every value.
         _state.call_flags[id(self)] = (True, False)
         try:
@@ -313,6 +316,7 @@ class _AcceleratedPropagation:
             reason = _failure_reason(exc)
             _state.call_flags.pop(id(self), None)
             journal.rollback()
+            eval_counter.rewind(numbers)  # the stock pass takes them
             counters.record_fallback(self._stock_name, reason)
             if switch.strict() and not isinstance(error, RunUnverifiable):
                 raise error from None
@@ -361,15 +365,17 @@ class _AcceleratedPropagation:
                 with stage("apply"):
                     iteration_modified = self._python_scan(graph_module)
                 fixed_point = not iteration_modified
+                retraces = int(iteration_modified)
             else:
                 iteration_modified, fixed_point = run.modified, run.fixed_point
+                retraces = run.retraces
 
             if iteration_modified:
                 modified = True
                 # The run's last scans read modelled values: check them against the re-trace
                 # (a run whose last scan edited was checked before that scan: ``verify``).
                 check = run is not None and run.scans > 1 and run.model_at_end
-                graph_module = self._virtual_retrace(tracker, check=check)
+                graph_module = self._virtual_retrace(tracker, check=check, stands_for=retraces)
             if not fixed_point:
                 continue
 
@@ -404,8 +410,11 @@ class _AcceleratedPropagation:
                     iteration_modified = True
         return iteration_modified
 
-    def _virtual_retrace(self, tracker: VirtualRetracer, check: bool = False) -> fx.GraphModule:
-        """``check``: the graph holds the between-scan model's values, DCE and users orders
+    def _virtual_retrace(
+        self, tracker: VirtualRetracer, check: bool = False, stands_for: int = 1
+    ) -> fx.GraphModule:
+        """In place of ``stands_for`` stock re-traces (a run's, one per scan that edited).
+        ``check``: the graph holds the between-scan model's values, DCE and users orders
         (a run of natively planned scans ended on them): any the re-trace finds different
         raises ``Misprediction`` (the call rolls back)."""
         if not self._arm_accel_exact:
@@ -419,9 +428,11 @@ class _AcceleratedPropagation:
                 raise RunUnverifiable(str(exc)) from exc
             counters.record_fallback(self._stock_name, f"virtual retrace: {exc}")
             logger.info("%s: real re-trace (%s)", self._stock_name, exc)
+            eval_counter.take(eval_counter.EXPORT_PASS_CALL * (stands_for - 1))
             with stage("real re-trace"):
                 return self._retrace(tracker.graph_module)  # type: ignore[attr-defined]
         self._raise_mispredictions(tracker)
+        eval_counter.take(eval_counter.EXPORT_PASS_CALL * stands_for)  # stock's re-traces
         return tracker.graph_module
 
     def _verify_model(self, tracker: VirtualRetracer) -> None:

@@ -515,13 +515,14 @@ def mirror_retrace(
 class ScanRun:
     """Consecutive scans planned natively and applied. ``modified``: some scan modified the
     graph (re-trace it); ``fixed_point``: the last scan modified nothing (go on to the
-    fusions); ``scans``: how many scans ran; ``model_at_end``: no edit followed the last
-    modelled re-trace (the graph holds the model's values: check them at the closing
-    re-trace)."""
+    fusions); ``scans``: how many scans ran; ``retraces``: how many of them modified (stock
+    re-traces after each); ``model_at_end``: no edit followed the last modelled re-trace (the
+    graph holds the model's values: check them at the closing re-trace)."""
 
     modified: bool
     fixed_point: bool
     scans: int
+    retraces: int
     model_at_end: bool = False
 
 
@@ -568,6 +569,7 @@ def run_scans(
     table = exported[0]
     nodes = table.nodes
     modified = False
+    retraces = 0
     last = len(scans) - 1
     model_at_end = fixed_point or scans[last].after is not None
     with stage("apply"):
@@ -577,10 +579,11 @@ def run_scans(
             apply_edits(pass_, nodes, step.edits)
             counters.record_scan(name, None)
             modified |= step.modified
+            retraces += step.modified
             if step.after is not None:
                 mirror_retrace(graph_module.graph, nodes, step.after, provenance_pass_name(pass_))
     counters.record_scan_run(name)
-    return ScanRun(modified, fixed_point, len(scans), model_at_end)
+    return ScanRun(modified, fixed_point, len(scans), retraces, model_at_end)
 
 
 def run_scan(
