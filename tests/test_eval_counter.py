@@ -9,6 +9,7 @@ tests); a rolled-back call's: ``test_fault_injection.py``; the quantize flow's:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -127,3 +128,34 @@ def test_take_rewind_numbered_scratch() -> None:
         fx.GraphModule(torch.nn.Module(), fx.Graph())
         assert eval_counter.position() == start + 2
     assert eval_counter.position() == start + 1
+
+
+_EVAL_KEY = re.compile(r"<eval_with_key>\.(\d+)")
+
+
+def test_a_second_models_stack_traces_after_a_lowering_are_stocks() -> None:
+    """One script lowers a first model (``convnet``, FP) and then quantizes and re-exports a
+    second (``dscnnkws``), stock then accelerated in one process: the second's re-exported
+    stack traces, which name the converted module's generated file ``<eval_with_key>.N``,
+    are stock's with each ``N`` counted from the script's start (they were not while the
+    lowering's modelled re-traces took no numbers)."""
+    import arm_accel
+    from arm_accel.tools import models
+
+    first, first_inputs, first_mode = models.build("convnet")
+    second, second_inputs, second_mode = models.build("dscnnkws")
+    runs = []
+    for accelerated in (False, True):
+        with arm_accel.enabled() if accelerated else arm_accel.disabled():
+            start = eval_counter.position()
+            torch.manual_seed(0)
+            models.lower(models.export_for_arm(first, first_inputs, first_mode), first_mode)
+            program = models.export_for_arm(second, second_inputs, second_mode)
+        traces = [
+            _EVAL_KEY.sub(lambda m, start=start: f"<eval_with_key>.+{int(m[1]) - start}", trace)
+            for n in program.graph.nodes
+            if (trace := n.meta.get("stack_trace"))
+        ]
+        assert any("<eval_with_key>.+" in t for t in traces), "no trace names generated code"
+        runs.append(traces)
+    assert runs[0] == runs[1]
