@@ -8,6 +8,7 @@ import re
 
 import arm_accel
 import pytest
+from arm_accel.runtime import eval_counter
 from arm_accel.tools import cli, models, profiling
 
 pytest.importorskip("ethosu.vela", reason="Ethos-U lowering needs ethos-u-vela (scripts/setup.sh)")
@@ -52,8 +53,9 @@ def test_ethos_u55_stock_vs_accelerated_identical() -> None:
 def test_ethos_u55_llama_with_rewritten_nodes_identical() -> None:
     """llama1 (quantized) for ethos-u55-128, stock then accelerated from copies of one exported
     program: the edge stage's calls 1 (its transpose/type_as/unbind/... traced alone) and 2 are
-    replayed, the Arm passes' constant quantizations and dequantizations ran natively, and the
-    Vela bytes of every delegate and the .pte bytes equal stock's."""
+    replayed, the Arm passes' constant quantizations and dequantizations ran natively, the
+    Vela bytes of every delegate and the .pte bytes equal stock's, and the lowering took as
+    many ``<eval_with_key>`` numbers as stock's."""
     from arm_accel.edge import decompositions
     from arm_accel.quantize import affine
 
@@ -69,11 +71,16 @@ def test_ethos_u55_llama_with_rewritten_nodes_identical() -> None:
     model, inputs, mode = models.build("llama1")
     mode = models.target_mode(target, mode)
     exported = models.export_for_arm(model, inputs, mode, target=target)
+    program_s, program_a = copy.deepcopy(exported), copy.deepcopy(exported)
     with arm_accel.disabled():
-        edge_s = models.lower(copy.deepcopy(exported), mode, target)
+        start = eval_counter.position()
+        edge_s = models.lower(program_s, mode, target)
+        numbers_s = eval_counter.position() - start
     before = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
     qargs_before = qargs_runs()
-    edge_a = models.lower(copy.deepcopy(exported), mode, target)
+    start = eval_counter.position()
+    edge_a = models.lower(program_a, mode, target)
+    assert eval_counter.position() - start == numbers_s, "<eval_with_key> numbers"
     after = arm_accel.stats().get(decompositions.STATS_NAME, arm_accel.PassStats()).accelerated
     assert after - before == 2, "calls 1 and 2 of the edge stage were not both replayed"
     assert all(a > b for a, b in zip(qargs_runs(), qargs_before, strict=True)), "QuantArgs"
