@@ -63,12 +63,21 @@ def rename_and_reroute(gm: fx.GraphModule) -> None:
     relu.args = (y,)
 
 
+def find_nodes_index(gm: fx.GraphModule) -> list[tuple[str, list[str]]]:
+    """The graph's find_nodes index: each non-empty bucket's key and node names, in order."""
+    table = gm.graph._find_nodes_lookup_table.table
+    return [(str(key), [n.name for n in bucket]) for key, bucket in table.items() if bucket]
+
+
 def readable(gm: fx.GraphModule, pickled: bool = True) -> dict[str, Any]:
     """Everything of ``gm``'s code a user can read, and what its forward computes
-    (``pickled``: and the code of its pickle round trip)."""
+    (``pickled``: and the code of its pickle round trip); the graph's find_nodes index before
+    the reads, after reading the code, after all (pickling recompiles)."""
     x, y = torch.ones(2, 3), torch.full((2, 3), 2.0)
     read = {
+        "index": find_nodes_index(gm),
         "code": gm.code,
+        "index after the code": find_nodes_index(gm),
         "lineno_map": gm._lineno_map,
         "prologue_start": gm._prologue_start,
         "str": str(gm),
@@ -78,6 +87,7 @@ def readable(gm: fx.GraphModule, pickled: bool = True) -> dict[str, Any]:
     }
     if pickled:
         read["pickled code"] = pickle.loads(pickle.dumps(gm)).code
+    read["index after the reads"] = find_nodes_index(gm)
     return read
 
 
@@ -122,6 +132,30 @@ def test_deferred_code_is_stocks_code() -> None:
     assert pending
     # (the pickle round trip recompiles twice more: in __reduce__ and in the loaded module)
     assert delta["generated"] >= 1 and delta["from_snapshot"] == 0, delta
+
+
+def test_find_nodes_index_is_stocks_around_a_recompile() -> None:
+    """Stock's recompile re-files every node of the find_nodes index in graph order (its code
+    generation sets an attribute of each node), reading the code later does not: a
+    placeholder re-filed (a new meta dict) before the recompile is back in graph order after
+    it, one re-filed after it stays last when the code is read. Ours, deferred, the same."""
+
+    def placeholders(gm: fx.GraphModule) -> list[str]:
+        return [n.name for n in gm.graph.find_nodes(op="placeholder", sort=False)]
+
+    def steps(gm: fx.GraphModule) -> tuple[list[str], list[str]]:
+        x = next(n for n in gm.graph.nodes if n.name == "x")
+        x.meta = dict(x.meta)  # re-filed after y
+        before = placeholders(gm)
+        add_neg(gm)
+        gm.recompile()
+        after = placeholders(gm)
+        x.meta = dict(x.meta)
+        return before, after
+
+    (before, after), delta = assert_like_stock(steps)
+    assert before == ["y", "x"] and after == ["x", "y"], (before, after)
+    assert delta["deferred"] >= 1 and delta["generated"] >= 1, delta
 
 
 def test_edits_after_the_recompile_keep_the_recompiled_code() -> None:

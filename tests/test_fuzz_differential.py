@@ -211,6 +211,31 @@ def test_regression_retargeted_node_keeps_the_provenance_of_its_first_retrace() 
     )
 
 
+def test_regression_deferred_recompile_refiles_the_find_nodes_index() -> None:
+    """A long-run example, shrunk by hypothesis: FP, ``FuseConsecutiveClampsPass`` rewires the
+    second of two clamps (``Node.__setattr__`` re-files it last among the clamps) and
+    recompiles. Stock's recompile generates the code, which re-files every node in graph
+    order; the deferred recompile did not, so the clamps' find_nodes order differed."""
+    check_spec(
+        Spec(
+            inputs=((1,), (1, 1, 1, 1, 1, 1)),
+            ops=(
+                Op("transpose", (1,), (0, 1)),
+                Op("unary", (2,), ("relu",)),
+                Op("permute", (3,), ((0, 1, 2, 3, 4, 5),)),
+                Op("unary", (4,), ("relu",)),
+                Op("unary", (5,), ("relu",)),
+                Op("permute", (6,), ((0, 1, 2, 3, 4, 5),)),
+                Op("transpose", (7,), (0, 1)),
+                Op("unary", (8,), ("relu",)),
+                Op("transpose", (9,), (0, 1)),
+            ),
+            outputs=(10,),
+        ),
+        ("FP",),
+    )
+
+
 # -- the checker itself must be able to fail ---------------------------------------------------
 
 

@@ -164,3 +164,39 @@ def test_journal_does_not_rollback_twice_or_after_commit() -> None:
         journal.rollback()
     assert relu.meta["tag"] == 1
     assert copy.copy(gm.graph) is not None
+
+
+class _Buckets(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(x) + torch.relu(y)
+        return torch.relu(a) + x
+
+
+def _shuffled_index() -> fx.Graph:
+    """``_Buckets`` traced, then some nodes re-filed last in their buckets (new meta dicts,
+    new args), as passes leave them."""
+    graph = fx.symbolic_trace(_Buckets()).graph
+    nodes = list(graph.nodes)
+    for i in (0, 2, 1, 5):
+        nodes[i].meta = dict(nodes[i].meta)
+    nodes[4].args = tuple(nodes[4].args)
+    return graph
+
+
+def _index(graph: fx.Graph) -> list[tuple[str, list[str]]]:
+    table = graph._find_nodes_lookup_table.table
+    return [(str(key), [n.name for n in bucket]) for key, bucket in table.items()]
+
+
+def test_refile_as_python_code_is_what_python_code_leaves() -> None:
+    """A graph whose find_nodes buckets are out of graph order: ``refile_as_python_code``
+    leaves the index (buckets, their order, each bucket's nodes) as stock's
+    ``Graph.python_code`` does, on two graphs made the same way."""
+    from arm_accel.fxstock import order
+
+    stock, ours = _shuffled_index(), _shuffled_index()
+    assert _index(stock) == _index(ours)
+    assert _index(stock) != _index(fx.symbolic_trace(_Buckets()).graph), "not shuffled"
+    stock.python_code(root_module="self")
+    order.refile_as_python_code(ours)
+    assert _index(ours) == _index(stock)

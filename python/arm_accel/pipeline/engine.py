@@ -25,7 +25,7 @@ from torch import fx
 from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel.control import counters, switch
-from arm_accel.fxstock import freshness
+from arm_accel.fxstock import freshness, order
 from arm_accel.patches import original
 from arm_accel.runtime import codegen, collector, deferred, eval_counter
 from arm_accel.runtime.scopes import ThreadScope
@@ -247,7 +247,7 @@ def python_code(graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
     stock = original("retrace_engine.python_code")
     if not _in_arm_pipeline() or not switch.is_enabled():
         return stock(graph, root_module, **kwargs)
-    return codegen.python_code(stock, graph, root_module, **kwargs)
+    return codegen.python_code(stock, graph, root_module, order.refile_as_python_code, **kwargs)
 
 
 def forward_from_src(src: str, globals_: dict[str, Any], co_fields: Any = None) -> Any:
@@ -264,7 +264,9 @@ def recompile(self: fx.GraphModule) -> Any:
     if deferring and switch.is_enabled() and deferred.deferrable(self):
         # The code keeps stock's ``<eval_with_key>.N`` file name, taken now: torch's counter
         # then stays stock's for every later compile (which traces through generated code
-        # record in stack traces: the re-export of a quantized module).
+        # record in stack traces: the re-export of a quantized module). Stock's code
+        # generation re-files the graph's find_nodes index: so does the deferred recompile.
+        order.refile_as_python_code(self.graph)
         return deferred.defer(self)
     deferred.drop(self)
     return original("retrace_engine.recompile")(self)

@@ -142,8 +142,15 @@ def shows_meta() -> bool:
     return os.environ.get("FX_GRAPH_SHOW_META", "0") == "1"
 
 
-def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
-    """``Graph.python_code`` through the memo (stock for what the key does not cover)."""
+def python_code(
+    stock: Any,
+    graph: fx.Graph,
+    root_module: str,
+    served: Callable[[fx.Graph], object],
+    **kwargs: Any,
+) -> Any:
+    """``Graph.python_code`` through the memo (stock for what the key does not cover). A hit
+    calls ``served`` with the graph for what stock's call does to it besides the code."""
     if set(kwargs) - {"record_func"} or kwargs.get("record_func"):
         return stock(graph, root_module, **kwargs)
     if type(graph._codegen) is not fx.graph.CodeGen or shows_meta() or not generator_modelled():
@@ -161,6 +168,7 @@ def python_code(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) ->
         _remember(memo, key, (code, alive), _GRAPH_CACHE_SIZE)
         return code
     hits["python_code"] += 1
+    served(graph)
     return entry[0]
 
 

@@ -191,7 +191,17 @@ def _generate(gm: fx.GraphModule, snap: Snapshot) -> PythonCode:
         counts["from_snapshot"] += 1
         graph = rebuild(snap)
     counts["generated"] += 1
-    return graph.python_code(root_module="self", record_func=False)
+    # Generating re-files the graph's find_nodes index; stock's did that at the recompile
+    # (so did ours: ``engine.recompile``), not now: the live graph's index is kept.
+    buckets = graph._find_nodes_lookup_table.table
+    kept = {key: list(bucket) for key, bucket in buckets.items()}
+    try:
+        return graph.python_code(root_module="self", record_func=False)
+    finally:
+        for key, nodes in kept.items():
+            bucket = buckets[key]
+            bucket.clear()
+            bucket.update(dict.fromkeys(nodes))
 
 
 def _install(gm: fx.GraphModule, code: PythonCode, snap: Snapshot) -> None:
