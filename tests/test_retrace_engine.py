@@ -663,9 +663,9 @@ def test_remembered_code_is_what_stock_generates(monkeypatch: pytest.MonkeyPatch
     lowering = False
     remembered = codegen.python_code
 
-    def checking(stock: Any, graph: fx.Graph, root_module: str, **kwargs: Any) -> Any:
+    def checking(stock: Any, graph: fx.Graph, root_module: str, served_: Any, **kwargs: Any) -> Any:
         before = codegen.hits["python_code"]
-        code = remembered(stock, graph, root_module, **kwargs)
+        code = remembered(stock, graph, root_module, served_, **kwargs)
         served = codegen.hits["python_code"] > before
         fresh = stock(graph, root_module, **kwargs)
         assert code.src == fresh.src
