@@ -25,8 +25,8 @@ EXPORT_PASS_CALL = 2
 #: Numbers one ``GraphModule.recompile()`` takes.
 RECOMPILE = 1
 
-# Also held by the deferred recompiles while they compile under a reserved number.
-lock = threading.RLock()
+# Held while the counter is read and moved (``numbered`` holds it through the compile).
+_lock = threading.RLock()
 
 
 def position() -> int:
@@ -39,7 +39,7 @@ def take(count: int = 1) -> int:
     if count < 0:
         raise ValueError(f"cannot take {count} numbers")
     loader = fx_graph_module._loader
-    with lock:
+    with _lock:
         number: int = loader.next_id
         loader.next_id = number + count
     return number
@@ -49,7 +49,7 @@ def rewind(to: int) -> None:
     """Give back the numbers taken since ``position()`` was ``to`` (a rolled-back call's: the
     modules compiled under them are dropped, and stock's run takes them again)."""
     loader = fx_graph_module._loader
-    with lock:
+    with _lock:
         if to > loader.next_id:
             raise ValueError(f"cannot rewind forward to {to} (at {loader.next_id})")
         loader.next_id = to
@@ -59,7 +59,7 @@ def rewind(to: int) -> None:
 def numbered(number: int) -> Iterator[None]:
     """Compile under ``number`` (taken earlier), leaving the counter where it was."""
     loader = fx_graph_module._loader
-    with lock:
+    with _lock:
         following = loader.next_id
         loader.next_id = number
         try:
