@@ -96,12 +96,16 @@ class AcceleratedPass:
         raise NotImplementedError
 
     # -- helpers ---------------------------------------------------------------------------
+    def _stock_recompiles_before_retrace(self) -> bool:
+        """The stock class's ``_recompile_before_retrace`` (True for the ``backends.transforms``
+        fusions)."""
+        return bool(getattr(_stock_class(type(self)), "_recompile_before_retrace", False))
+
     def accel_recompile_number(self) -> None:
-        """Where stock's ``call`` recompiles right before its re-trace (its class's
-        ``_recompile_before_retrace``, the ``backends.transforms`` fusions): ours does not (the
+        """Where stock's ``call`` recompiles right before its re-trace: ours does not (the
         re-trace generates the code anew) and takes the recompile's ``<eval_with_key>`` number
         in its place."""
-        if getattr(_stock_class(type(self)), "_recompile_before_retrace", False):
+        if self._stock_recompiles_before_retrace():
             eval_counter.take(eval_counter.RECOMPILE)
 
     @property
@@ -109,7 +113,7 @@ class AcceleratedPass:
         """Read by stock's own ``call`` where it may recompile (a pass that runs it): switched
         off, stock's answer; else :meth:`accel_recompile_number`, and no recompile."""
         if not switch.is_enabled():
-            return bool(getattr(_stock_class(type(self)), "_recompile_before_retrace", False))
+            return self._stock_recompiles_before_retrace()
         self.accel_recompile_number()
         return False
 
