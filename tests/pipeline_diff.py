@@ -13,6 +13,7 @@ from arm_accel.control import switch
 from arm_accel.runtime import eval_counter
 from arm_accel.testing import GraphLabels, assert_graphs_identical, tracking_graphs
 from arm_accel.tools import models
+from support.eval_keys import file_number
 from torch import fx
 
 #: (pass name, graph after it, modified, users order and find_nodes index order after it,
@@ -27,13 +28,6 @@ class Lowering:
     #: ``<eval_with_key>`` numbers: taken by the whole lowering, and those of the edge program's
     #: module and of each lowered module's program's module, counted from the lowering's start
     numbers: tuple[int, ...]
-
-
-def _file_number(gm: fx.GraphModule) -> int:
-    """The ``<eval_with_key>.N`` number of the file ``gm``'s code was compiled under."""
-    name = gm.forward.__code__.co_filename
-    assert name.startswith("<eval_with_key>."), name
-    return int(name.split(".")[1].split()[0])
 
 
 def users_order(graph_module: fx.GraphModule) -> tuple[tuple[int, ...], ...]:
@@ -99,7 +93,7 @@ def lower(exported: Any, mode: str, accelerated: bool) -> Lowering:
         end = eval_counter.position()
     gm = edge.exported_program().graph_module
     lowered = [m.original_module.graph_module for _, m, _ in get_lowered_submodules(gm)]
-    numbers = (end - start, *(_file_number(m) - start for m in (gm, *lowered)))
+    numbers = (end - start, *(file_number(m) - start for m in (gm, *lowered)))
     return Lowering(records, models.tosa_bytes(edge), numbers)
 
 

@@ -9,7 +9,6 @@ tests); a rolled-back call's: ``test_fault_injection.py``; the quantize flow's:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ from arm_accel.edge import decompositions
 from arm_accel.runtime import eval_counter
 from executorch.exir import to_edge
 from executorch.exir.pass_base import ExportPass
+from support.eval_keys import relative_stack_traces
 from torch import fx
 
 
@@ -130,9 +130,6 @@ def test_take_rewind_numbered_scratch() -> None:
     assert eval_counter.position() == start + 1
 
 
-_EVAL_KEY = re.compile(r"<eval_with_key>\.(\d+)")
-
-
 def test_a_second_models_stack_traces_after_a_lowering_are_stocks() -> None:
     """One script lowers a first model (``convnet``, FP) and then quantizes and re-exports a
     second (``dscnnkws``), stock then accelerated in one process: the second's re-exported
@@ -151,11 +148,7 @@ def test_a_second_models_stack_traces_after_a_lowering_are_stocks() -> None:
             torch.manual_seed(0)
             models.lower(models.export_for_arm(first, first_inputs, first_mode), first_mode)
             program = models.export_for_arm(second, second_inputs, second_mode)
-        traces = [
-            _EVAL_KEY.sub(lambda m, start=start: f"<eval_with_key>.+{int(m[1]) - start}", trace)
-            for n in program.graph.nodes
-            if (trace := n.meta.get("stack_trace"))
-        ]
+        traces = relative_stack_traces(program, start)
         assert any("<eval_with_key>.+" in t for t in traces), "no trace names generated code"
         runs.append(traces)
     assert runs[0] == runs[1]

@@ -17,6 +17,7 @@ from arm_accel.quantize import annotation, attr_names, fold, observe, per_channe
 from arm_accel.quantize import histogram as qh
 from arm_accel.tools import models
 from arm_accel.tools.program_compare import graph_differences, program_differences
+from support.eval_keys import file_number, relative_stack_traces
 from torch import fx
 from torchao.quantization.pt2e.observer import ObserverBase
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -210,13 +211,6 @@ def test_quantized_program_identical(name: str) -> None:
     assert accelerated >= 2 * histograms
 
 
-def _eval_key(gm: fx.GraphModule) -> int:
-    """The ``N`` of the ``<eval_with_key>.N`` file ``gm``'s code was compiled under."""
-    found = re.match(r"<eval_with_key>\.(\d+)", gm.forward.__code__.co_filename)
-    assert found, gm.forward.__code__.co_filename
-    return int(found.group(1))
-
-
 def test_convert_generates_its_code_once() -> None:
     """``convert_pt2e`` of one calibrated DS-CNN copy stock (acceleration off) and of another
     accelerated: the accelerated run defers its recompiles (its conversion's, its two
@@ -251,10 +245,7 @@ def test_convert_generates_its_code_once() -> None:
     assert _graph_differences(stock, ours) == []
     assert ours_code == stock_code
     assert ours_keys == stock_keys
-    assert _eval_key(ours) - ours_start == _eval_key(stock) - stock_start
-
-
-_EVAL_KEY = re.compile(r"<eval_with_key>\.(\d+)")
+    assert file_number(ours) - ours_start == file_number(stock) - stock_start
 
 
 @pytest.mark.parametrize("name", ["dscnnkws", "llama1"])
@@ -286,11 +277,7 @@ def test_eval_counter_moves_as_stocks(name: str) -> None:
             moved.append(loader.next_id - start)
             program = torch.export.export(converted, inputs, strict=True)
             moved.append(loader.next_id - start)
-        traces = [
-            _EVAL_KEY.sub(lambda m, start=start: f"<eval_with_key>.+{int(m[1]) - start}", trace)
-            for n in program.graph.nodes
-            if (trace := n.meta.get("stack_trace"))
-        ]
+        traces = relative_stack_traces(program, start)
         runs.append((moved, traces))
     (stock_moved, stock_traces), (ours_moved, ours_traces) = runs
     assert ours_moved == stock_moved
