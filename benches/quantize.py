@@ -29,6 +29,12 @@ program's code have the same digest in every run.
 for both): wall seconds, the seconds inside dynamo's ``build_guard_function``, and whether every
 guard function it built is the same.
 
+``header``: a model's first ``torch.export`` in a fresh process with the
+``export.dynamo_header`` row off (stock's ``_create_proxy`` composes every location header) and
+on, each in its own interpreter, alternating ``--repeats`` times: export seconds, the seconds
+inside dynamo's ``funcname_cache`` (tokenizing each traced source file), and whether the
+programs' code and nodes' stack traces have the same digest in every run.
+
 ``reexport``: the re-export of one converted module with the ``export.dynamo_meta`` row off
 (stock's ``_create_proxy``) and on, alternating ``--repeats`` times in one process (the rest of
 arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTracer.create_proxy``
@@ -43,6 +49,7 @@ arm-accel on for both): wall seconds, the seconds inside dynamo's ``SubgraphTrac
     python benches/quantize.py phase --own-process 3
     python benches/quantize.py reexport --model llama16 --repeats 2
     python benches/quantize.py guards --repeats 5
+    python benches/quantize.py header --model llama-hf-2l --repeats 3
 """
 
 from __future__ import annotations
@@ -452,6 +459,62 @@ def cmd_reexport(args: argparse.Namespace) -> None:
     print(f"  programs equal: {not diffs}")
 
 
+def cmd_header_side(args: argparse.Namespace) -> None:
+    """One run of ``header`` (``--row`` off or on): the first export's seconds, the seconds in
+    ``funcname_cache._add_file``, the digest of the program's code and stack traces, as one
+    JSON line."""
+    import executorch.backends.arm._passes  # noqa: F401 - activates arm-accel (the patches)
+    from arm_accel import patches
+    from torch._dynamo import funcname_cache
+
+    if args.row == "off":
+        patches.uninstall(("export.dynamo_header",))
+    model, inputs, _ = models.build(args.model)
+    tokenizing = [0.0]
+    add_file = funcname_cache._add_file
+
+    def timed_add_file(filename: str) -> None:
+        t0 = time.perf_counter()
+        try:
+            add_file(filename)
+        finally:
+            tokenizing[0] += time.perf_counter() - t0
+
+    funcname_cache._add_file = timed_add_file
+    t0 = time.perf_counter()
+    program = torch.export.export(model, inputs, strict=True)
+    seconds = time.perf_counter() - t0
+    traces = [n.meta.get("stack_trace") for n in program.graph.nodes]
+    text = program.graph_module.code + repr(traces)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    print(json.dumps({"seconds": seconds, "tokenizing": tokenizing[0], "digest": digest}))
+
+
+def cmd_header(args: argparse.Namespace) -> None:
+    runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
+    for _ in range(args.repeats):
+        for row in runs:
+            env = {**os.environ, "PYTHONHASHSEED": "0"}
+            command = [sys.executable, __file__, "header-side", "--model", args.model]
+            done = subprocess.run(
+                [*command, "--row", row], env=env, capture_output=True, text=True, check=True
+            )
+            line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
+            runs[row].append(json.loads(line))
+    print(
+        f"{args.model}: first torch.export in a fresh process, export.dynamo_header off / on, "
+        f"{args.repeats} run(s) each"
+    )
+    for row, rs in runs.items():
+        walls = ", ".join(f"{r['seconds']:.2f}" for r in rs)
+        inner = ", ".join(f"{r['tokenizing']:.3f}" for r in rs)
+        print(f"  {row:<3}  export s: {walls}   in funcname_cache s: {inner}")
+    off, on = (min(r["seconds"] for r in runs[k]) for k in ("off", "on"))
+    print(f"  export, fastest of each: {off:.2f} -> {on:.2f} s ({off / on:.2f}x)")
+    digests = {r["digest"] for rs in runs.values() for r in rs}
+    print(f"  program code and stack traces identical across every run: {len(digests) == 1}")
+
+
 def cmd_guards(args: argparse.Namespace) -> None:
     from arm_accel import patches
     from torch._dynamo import guards
@@ -524,7 +587,17 @@ def main() -> None:
         "what",
         nargs="?",
         default="phase",
-        choices=["phase", "phase-side", "search", "observers", "calibrate", "reexport", "guards"],
+        choices=[
+            "phase",
+            "phase-side",
+            "search",
+            "observers",
+            "calibrate",
+            "reexport",
+            "guards",
+            "header",
+            "header-side",
+        ],
     )
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--batches", type=int, nargs="+", default=[1])
@@ -532,7 +605,10 @@ def main() -> None:
     parser.add_argument("--save", help="search: store the observers (torch.save) here")
     parser.add_argument("--load", help="observers: also time the observers stored here")
     parser.add_argument(
-        "--repeats", type=int, default=5, help="observers, reexport, guards: runs per side"
+        "--repeats",
+        type=int,
+        default=5,
+        help="observers, reexport, guards, header: runs per side",
     )
     parser.add_argument(
         "--stepwise", action="store_true", help="observers: time the stepwise search"
@@ -549,8 +625,11 @@ def main() -> None:
         action="store_true",
         help="observers: each side's runs in a row (warm caches) instead of alternating",
     )
+    parser.add_argument("--row", choices=["off", "on"], help="header-side: the row's state")
     args = parser.parse_args()
-    if args.what == "phase-side":
+    if args.what in ("header", "header-side"):
+        pass  # each run's first export is what is measured: nothing before it
+    elif args.what == "phase-side":
         warm_up((arm_accel.is_enabled(),))  # this process's side only
     elif not args.no_warmup and not args.own_process:
         warm_up()
@@ -564,6 +643,8 @@ def main() -> None:
         "calibrate": cmd_calibrate,
         "reexport": cmd_reexport,
         "guards": cmd_guards,
+        "header": cmd_header,
+        "header-side": cmd_header_side,
     }
     commands[args.what](args)
     print(

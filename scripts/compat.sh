@@ -28,7 +28,8 @@ TESTS=${COMPAT_TESTS:-tests/test_patches.py tests/test_retrace_engine.py
   tests/test_hf_decoders.py tests/test_fake_memo.py tests/test_deferred_recompile.py
   tests/test_stack_entry.py tests/test_cia_ops.py tests/test_cia_override.py
   tests/test_param_meta.py tests/test_fuzz_differential.py tests/test_debug_info.py
-  tests/test_fusion_passes.py tests/test_determinism.py tests/test_eval_counter.py}
+  tests/test_fusion_passes.py tests/test_determinism.py tests/test_eval_counter.py
+  tests/test_dynamo_header.py}
 export ARM_ACCEL_STRICT=1 ARM_ACCEL_REQUIRE_TESTING=1
 say "pytest (torch $TORCH)"
 # shellcheck disable=SC2086 # TESTS is a list of pytest arguments

@@ -82,6 +82,7 @@ SMOKE_TESTS=(
   tests/test_patches.py
   tests/test_debug_info.py
   tests/test_eval_counter.py
+  tests/test_dynamo_header.py
   "tests/test_retrace_engine.py::test_every_pass_identical_to_stock"
   "tests/test_decompositions.py::test_lowering_equals_stock"
 )

@@ -117,6 +117,18 @@ DYNAMO_META_SOURCES = (
         {"2.13.0": "b4d912ffc2840a7a", "2.14.0": "b4d912ffc2840a7a", "2.15.0": "4190684adfec4550"},
     ),
 )
+#: dynamo's proxy creation (the branch composing the location header for the ``trace_call``
+#: log) and what composing the header calls (``funcname_cache``: a per-file memo).
+_FUNCNAME = "torch._dynamo.funcname_cache"
+DYNAMO_HEADER_SOURCES = (
+    Pin(f"{_OUTPUT_GRAPH}._create_proxy", _same("2197eaa85503a736", *ALL_TORCH)),
+    Pin(
+        "torch._dynamo.symbolic_convert:InstructionTranslatorBase.get_line_of_code_header",
+        _same("27e39dc04c69ac96", *ALL_TORCH),
+    ),
+    Pin(f"{_FUNCNAME}:get_funcname", _same("df4db2aaec44b950", *ALL_TORCH)),
+    Pin(f"{_FUNCNAME}:_add_file", _same("9a9bc965bc502bcc", *ALL_TORCH)),
+)
 #: dynamo's guard CSE (``PyExprCSEPass``, its only ``_ast_unparse`` caller) and the stdlib
 #: unparser whose writing of expressions ``runtime/guard_cse.py`` composes (Python 3.11.7).
 _GUARDS = "torch._dynamo.guards"
@@ -667,6 +679,25 @@ GROUPS: tuple[Group, ...] = (
                 "list when everything the rebuild reads is what it read last",
                 wraps=True,
                 models=DYNAMO_META_SOURCES,
+            ),
+        ),
+    ),
+    Group(
+        name="export.dynamo_header",
+        layer="runtime",
+        why="inside torch.export, dynamo composes a proxy's location header only for a log "
+        "that reads it",
+        rows=(
+            Patch(
+                "export.dynamo_header",
+                _OUTPUT_GRAPH,
+                "_create_proxy",
+                f"{_PKG}.runtime.dynamo_header:create_proxy",
+                "inside torch.export, with the trace_call log off, a call proxy's instruction "
+                "is marked as the one whose header was composed (stock's branch then composes "
+                "none: the header's only reader is that log)",
+                wraps=True,
+                models=DYNAMO_HEADER_SOURCES,
             ),
         ),
     ),

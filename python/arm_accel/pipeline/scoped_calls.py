@@ -7,7 +7,8 @@ once, when used, under the ``<eval_with_key>.N`` numbers stock's recompiles take
 kernels are served from the fake mode's memo (:func:`arm_accel.runtime.fake_memo.dispatching`;
 inside ``torch.export`` also the ``aten`` calls stock's cache holds).
 Inside ``torch.export`` dynamo's tracers also rebuild their list of a traced GraphModule's metas
-only when it changed (:func:`arm_accel.runtime.dynamo_meta.tracing`).
+only when it changed (:func:`arm_accel.runtime.dynamo_meta.tracing`) and leave the location
+headers no log reads uncomposed (:func:`arm_accel.runtime.dynamo_header.tracing`).
 
 - ``call_delegate_cpu``: ``executorch_call_delegate``'s fake and tracing dispatches call it
   (looked up by name); it unlifts the lowered module's program into a new module, runs it on
@@ -25,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -33,7 +34,7 @@ from torch import fx
 
 from arm_accel.control import counters, switch
 from arm_accel.pipeline import engine
-from arm_accel.runtime import deferred, dynamo_meta, fake_memo, provenance
+from arm_accel.runtime import deferred, dynamo_header, dynamo_meta, fake_memo, provenance
 
 #: ``stats()`` entries: one accelerated call per call run inside the scopes.
 DELEGATE_STATS_NAME = "delegate.unlifted"
@@ -84,9 +85,16 @@ def delegate_call(stock: Callable[..., Any]) -> Any:
     return _scoped(stock, DELEGATE_STATS_NAME, _outputs_only)
 
 
+@contextlib.contextmanager
+def _dynamo_blocks() -> Iterator[None]:
+    """The blocks of dynamo's tracers inside ``torch.export``."""
+    with dynamo_meta.tracing(), dynamo_header.tracing():
+        yield
+
+
 def export_call(stock: Callable[..., Any]) -> Any:
     """``torch.export._trace._export_for_training`` inside the scopes (``export.scoped``)."""
-    return _scoped(stock, EXPORT_STATS_NAME, _program_code, dynamo_meta.tracing, aten=True)
+    return _scoped(stock, EXPORT_STATS_NAME, _program_code, _dynamo_blocks, aten=True)
 
 
 __all__ = ["DELEGATE_STATS_NAME", "EXPORT_STATS_NAME", "delegate_call", "export_call"]

@@ -19,47 +19,29 @@ re-trace engine" (dynamo's original metas).
 from __future__ import annotations
 
 import functools
-import threading
 import weakref
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from torch import fx
 
 from arm_accel.control import counters, switch
+from arm_accel.runtime.scopes import CountedScope
 
 #: ``stats()`` entry, recorded once per :func:`tracing` block: its calls are the proxies
 #: created, the accelerated ones those created without the rebuild.
 STATS_NAME = "export.dynamo_meta"
 
-
-class _Block(threading.local):
-    """This thread's open :func:`tracing` blocks and the proxies created in them."""
-
-    depth = 0
-    proxies = 0
-    reused = 0
-
-
-_block = _Block()
+_scope = CountedScope(STATS_NAME)
 #: Per tracer: what its last refresh read (see :func:`_read`).
 _last_read: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
 
 
-@contextmanager
-def tracing() -> Iterator[None]:
+def tracing() -> AbstractContextManager[None]:
     """The block in which dynamo's tracers reuse their metas list (``torch.export``); the
     outermost block records what it counted."""
-    block = _block
-    block.depth += 1
-    try:
-        yield
-    finally:
-        block.depth -= 1
-        if block.depth == 0 and block.proxies:
-            counters.record_calls(STATS_NAME, block.proxies, block.reused, 0.0)
-            block.proxies = block.reused = 0
+    return _scope.entered()
 
 
 def _read(tx: Any) -> tuple[Any, ...] | None:
@@ -96,10 +78,8 @@ def create_proxy(stock: Callable[..., Any]) -> Any:
 
     @functools.wraps(stock)
     def _create_proxy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        block = _block
-        if not block.depth or not switch.is_enabled():
+        if not _scope.active() or not switch.is_enabled():
             return stock(self, *args, **kwargs)
-        block.proxies += 1
         try:
             read = _read(self.output_graph.current_tx) if self._cur_code is None else None
         except Exception as exc:
@@ -111,6 +91,7 @@ def create_proxy(stock: Callable[..., Any]) -> Any:
         last = _last_read.get(self)
         if read is None or last is None or not _same(read, last):
             # Stock's refresh runs; it now holds what ``read`` names (or None's).
+            _scope.count(accelerated=False)
             out = stock(self, *args, **kwargs)
             if read is None:
                 _last_read.pop(self, None)
@@ -122,7 +103,7 @@ def create_proxy(stock: Callable[..., Any]) -> Any:
             out = stock(self, *args, **kwargs)
         finally:
             self._cur_code = None
-        block.reused += 1
+        _scope.count(accelerated=True)
         return out
 
     return _create_proxy
