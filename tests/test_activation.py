@@ -505,8 +505,11 @@ def test_mixin_must_come_first() -> None:
 
 @pytest.fixture
 def isolated_activation(monkeypatch):
+    from arm_accel.patches import sources
+
     was_active = activation.status().activated
     activation.deactivate()
+    sources.version.cache_clear()  # the tests fake the installed versions
     monkeypatch.setattr(activation, "_state", activation._State())
     monkeypatch.setattr(activation, "_warned", set())
     yield
@@ -514,6 +517,7 @@ def isolated_activation(monkeypatch):
     # Re-activate with the test's patches (fake package, versions) undone, or it stays off
     # for every later test in this process.
     monkeypatch.undo()
+    sources.version.cache_clear()
     if was_active:
         activation._state.activated = False
         activation.activate()

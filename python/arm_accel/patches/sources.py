@@ -56,8 +56,10 @@ def live_digest(ref: str) -> str | None:
         return None
 
 
+@cache
 def version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` (local suffix dropped), read without import."""
+    """The installed version of ``distribution`` (local suffix dropped), read without import
+    (once per process: each read scans the path's distributions)."""
     from importlib import metadata
 
     try:
