@@ -89,7 +89,8 @@ def create_proxy(stock: Callable[..., Any]) -> Any:
         try:
             out = stock(self, kind, *args, **kwargs)
         except BaseException:
-            self.prev_inst = previous  # stock's branch, after the node's creation, did not run
+            # Stock's value where creating the node raised (its branch comes after that).
+            self.prev_inst = previous
             raise
         _scope.count(accelerated=True)
         return out
