@@ -369,6 +369,20 @@ def cmd_phase_side(args: argparse.Namespace) -> None:
     print(json.dumps({"seconds": seconds, "digest": digest}))
 
 
+def _child_record(command: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """This script run as ``command`` in a fresh interpreter (``PYTHONHASHSEED=0`` and
+    ``env`` added to the environment): the JSON record it prints."""
+    done = subprocess.run(
+        [sys.executable, __file__, *command],
+        env={**os.environ, "PYTHONHASHSEED": "0", **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
+    return json.loads(line)  # type: ignore[no-any-return]
+
+
 def cmd_phase_own_process(args: argparse.Namespace) -> None:
     """``phase`` with each side in its own interpreter (``PYTHONHASHSEED=0``, ``ARM_ACCEL=0``
     for stock), the sides alternating ``--own-process`` times: what a user's script, which runs
@@ -377,12 +391,8 @@ def cmd_phase_own_process(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, Any]]] = {"stock": [], "accelerated": []}
     for _ in range(args.own_process):
         for side, flag in (("stock", "0"), ("accelerated", "1")):
-            env = {**os.environ, "ARM_ACCEL": flag, "PYTHONHASHSEED": "0"}
-            command = [sys.executable, __file__, "phase-side", "--model", args.model]
-            command += ["--batches", str(args.batches)]
-            done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-            line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
-            runs[side].append(json.loads(line))
+            command = ["phase-side", "--model", args.model, "--batches", str(args.batches)]
+            runs[side].append(_child_record(command, {"ARM_ACCEL": flag}))
     print(
         f"{args.model}, {args.batches} calibration batch(es), each side in its own process, "
         f"{args.own_process} run(s) each (every run; ratio of the fastest)"
@@ -494,13 +504,8 @@ def cmd_header(args: argparse.Namespace) -> None:
     runs: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
     for _ in range(args.repeats):
         for row in runs:
-            env = {**os.environ, "PYTHONHASHSEED": "0"}
-            command = [sys.executable, __file__, "header-side", "--model", args.model]
-            done = subprocess.run(
-                [*command, "--row", row], env=env, capture_output=True, text=True, check=True
-            )
-            line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
-            runs[row].append(json.loads(line))
+            command = ["header-side", "--model", args.model, "--row", row]
+            runs[row].append(_child_record(command, {}))
     print(
         f"{args.model}: first torch.export in a fresh process, export.dynamo_header off / on, "
         f"{args.repeats} run(s) each"
