@@ -1,9 +1,15 @@
-"""What activating arm-accel adds to a script: the import of ``executorch.backends.arm._passes``
-(where the hook activates and installs the patch table) after ``torch`` and
-``executorch.exir`` are imported, with ``ARM_ACCEL=0`` and ``=1``, each run in a fresh
-interpreter, the two alternating. Prints each side's runs, medians and the difference.
+"""What arm-accel changes in a script's imports, each run in a fresh interpreter, the two sides
+alternating; prints each side's runs, medians and the difference.
 
-    python benches/activation.py [--reps 7]
+- ``activation`` (default): the import of ``executorch.backends.arm._passes`` (where the hook
+  activates and installs the patch table) after ``torch`` and ``executorch.exir``, with
+  ``ARM_ACCEL=0`` and ``=1``.
+- ``yaml``: a lowering script's imports (torch, the Arm quantizer and partitioner,
+  ``executorch.exir``, torchao's pt2e) with ruamel.yaml's C parser hidden, as without
+  arm-accel's ``ruamel.yaml.clib`` dependency, and available: executorch's import parses its
+  edge dialect's YAML with it.
+
+    python benches/activation.py [activation|yaml] [--reps 7]
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import statistics
 import subprocess
 import sys
 
-CHILD = """
+ACTIVATION = """
 import json, time
 import torch, executorch.exir
 t0 = time.perf_counter()
@@ -23,11 +29,43 @@ import executorch.backends.arm._passes
 print(json.dumps({"seconds": time.perf_counter() - t0}))
 """
 
+# sys.modules[name] = None makes ``import name`` raise ImportError: ruamel.yaml then finds no
+# C parser, as where ruamel.yaml.clib is not installed.
+YAML = """
+import json, sys, time
+if {hide}:
+    sys.modules["_ruamel_yaml"] = None
+t0 = time.perf_counter()
+import torch
+from executorch.backends.arm.quantizer import TOSAQuantizer
+from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+import ruamel.yaml.main
+assert (ruamel.yaml.main.CParser is None) == {hide}
+print(json.dumps({{"seconds": time.perf_counter() - t0}}))
+"""
 
-def one_run(enabled: bool) -> float:
-    env = {**os.environ, "ARM_ACCEL": "1" if enabled else "0", "PYTHONHASHSEED": "0"}
+#: what -> (label, the two sides: (name, child source, ARM_ACCEL)).
+MEASURES = {
+    "activation": (
+        "import of the Arm passes",
+        (("stock", ACTIVATION, "0"), ("accelerated", ACTIVATION, "1")),
+    ),
+    "yaml": (
+        "a lowering script's imports",
+        (
+            ("pure parser", YAML.format(hide=True), "1"),
+            ("C parser", YAML.format(hide=False), "1"),
+        ),
+    ),
+}
+
+
+def one_run(source: str, switch: str) -> float:
+    env = {**os.environ, "ARM_ACCEL": switch, "PYTHONHASHSEED": "0"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", source], env=env, capture_output=True, text=True, check=True
     )
     line = next(x for x in done.stdout.splitlines() if x.startswith('{"seconds"'))
     return float(json.loads(line)["seconds"])
@@ -35,20 +73,21 @@ def one_run(enabled: bool) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", nargs="?", choices=sorted(MEASURES), default="activation")
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
-    runs: dict[str, list[float]] = {"stock": [], "accelerated": []}
-    one_run(True)  # page cache and bytecode of both sides' modules
+    label, sides = MEASURES[args.what]
+    runs: dict[str, list[float]] = {name: [] for name, _, _ in sides}
+    one_run(sides[-1][1], sides[-1][2])  # page cache and bytecode of the modules
     for _ in range(args.reps):
-        runs["stock"].append(one_run(False))
-        runs["accelerated"].append(one_run(True))
-    for side, xs in runs.items():
+        for name, source, switch in sides:
+            runs[name].append(one_run(source, switch))
+    for name, xs in runs.items():
         cells = ", ".join(f"{x:.2f}" for x in xs)
-        print(
-            f"{side:<12} import of the Arm passes, s: {cells}  median {statistics.median(xs):.2f}"
-        )
-    diff = statistics.median(runs["accelerated"]) - statistics.median(runs["stock"])
-    print(f"activation adds (median - median): {diff:+.2f} s")
+        print(f"{name:<12} {label}, s: {cells}  median {statistics.median(xs):.2f}")
+    (first, *_), (second, *_) = sides
+    diff = statistics.median(runs[second]) - statistics.median(runs[first])
+    print(f"{second} - {first} (median - median): {diff:+.2f} s")
     return 0
 
 
