@@ -4,12 +4,16 @@ alternating; prints each side's runs, medians and the difference.
 - ``activation`` (default): the import of ``executorch.backends.arm._passes`` (where the hook
   activates and installs the patch table) after ``torch`` and ``executorch.exir``, with
   ``ARM_ACCEL=0`` and ``=1``.
-- ``yaml``: a lowering script's imports (torch, the Arm quantizer and partitioner,
-  ``executorch.exir``, torchao's pt2e) with ruamel.yaml's C parser hidden, as without
-  arm-accel's ``ruamel.yaml.clib`` dependency, and available: executorch's import parses its
-  edge dialect's YAML with it.
+- The others time a lowering script's imports (torch, the Arm quantizer and partitioner,
+  ``executorch.exir``, torchao's pt2e):
+  - ``yaml``: ruamel.yaml's C parser hidden, as without arm-accel's ``ruamel.yaml.clib``
+    dependency, and available (executorch's import parses its edge dialect's YAML with it);
+  - ``collector``: the imports outside and inside the collector's scope
+    (``bootstrap/imports.py``; outside: the ``.pth`` finder told not to install it);
+  - ``script``: as before arm-accel is installed (``ARM_ACCEL=0``, the pure parser) and with
+    it (both of the above, and the activation).
 
-    python benches/activation.py [activation|yaml] [--reps 7]
+    python benches/activation.py [activation|yaml|collector|script] [--reps 7]
 """
 
 from __future__ import annotations
@@ -30,21 +34,33 @@ print(json.dumps({"seconds": time.perf_counter() - t0}))
 """
 
 # sys.modules[name] = None makes ``import name`` raise ImportError: ruamel.yaml then finds no
-# C parser, as where ruamel.yaml.clib is not installed.
-YAML = """
+# C parser, as where ruamel.yaml.clib is not installed. A ``scoping`` inline finder never
+# installs the import scope.
+IMPORTS = """
 import json, sys, time
 if {hide}:
     sys.modules["_ruamel_yaml"] = None
+if not {scope}:
+    for finder in sys.meta_path:
+        if type(finder).__name__ == "ArmAccelFinder":
+            finder.scoping = True
 t0 = time.perf_counter()
 import torch
 from executorch.backends.arm.quantizer import TOSAQuantizer
 from executorch.backends.arm.tosa.partitioner import TOSAPartitioner
 from executorch.exir import to_edge_transform_and_lower
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+seconds = time.perf_counter() - t0
 import ruamel.yaml.main
 assert (ruamel.yaml.main.CParser is None) == {hide}
-print(json.dumps({{"seconds": time.perf_counter() - t0}}))
+assert any(type(f).__name__ == "ImportScopeFinder" for f in sys.meta_path) == {scope}
+print(json.dumps({{"seconds": seconds}}))
 """
+
+
+def imports(hide: bool, scope: bool) -> str:
+    return IMPORTS.format(hide=hide, scope=scope)
+
 
 #: what -> (label, the two sides: (name, child source, ARM_ACCEL)).
 MEASURES = {
@@ -54,10 +70,15 @@ MEASURES = {
     ),
     "yaml": (
         "a lowering script's imports",
-        (
-            ("pure parser", YAML.format(hide=True), "1"),
-            ("C parser", YAML.format(hide=False), "1"),
-        ),
+        (("pure parser", imports(True, True), "1"), ("C parser", imports(False, True), "1")),
+    ),
+    "collector": (
+        "a lowering script's imports",
+        (("no scope", imports(False, False), "1"), ("scope", imports(False, True), "1")),
+    ),
+    "script": (
+        "a lowering script's imports",
+        (("stock", imports(True, False), "0"), ("accelerated", imports(False, True), "1")),
     ),
 }
 

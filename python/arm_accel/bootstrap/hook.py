@@ -35,8 +35,10 @@ def _on_loaded(name: str) -> None:
             pass
 
 
-class _PostExecLoader:
-    """Delegates to the real loader; calls back after ``exec_module``."""
+class DelegatingLoader:
+    """Delegates to the real loader; subclasses run their own code around ``exec_module``
+    (:meth:`run`), after which the module's spec and ``__loader__`` name the real loader again,
+    so that nothing downstream ever sees the wrapper."""
 
     def __init__(self, loader: object, name: str) -> None:
         self._loader = loader
@@ -47,20 +49,44 @@ class _PostExecLoader:
         return create(spec) if create is not None else None
 
     def exec_module(self, module) -> None:  # noqa: ANN001
+        self.run(lambda: self._exec(module))
+
+    def run(self, exec_module) -> None:  # noqa: ANN001
+        exec_module()
+
+    def _exec(self, module) -> None:  # noqa: ANN001
         try:
             self._loader.exec_module(module)  # type: ignore[attr-defined]
         finally:
-            # Put the real loader back so nothing downstream ever sees this wrapper.
             try:
                 module.__loader__ = self._loader
                 if module.__spec__ is not None:
                     module.__spec__.loader = self._loader
             except Exception:
                 pass
-        _on_loaded(self._name)
 
     def __getattr__(self, item: str):  # get_source, get_resource_reader, is_package, ...
         return getattr(self._loader, item)
+
+
+class _PostExecLoader(DelegatingLoader):
+    """Calls back after ``exec_module``."""
+
+    def run(self, exec_module) -> None:  # noqa: ANN001
+        exec_module()
+        _on_loaded(self._name)
+
+
+def spec_from_others(me: object, fullname, path=None, target=None):  # noqa: ANN001
+    """The spec the finders of ``sys.meta_path`` other than ``me`` give, in their order (None:
+    none finds the module)."""
+    for finder in sys.meta_path:
+        if finder is me or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+            return spec
+    return None
 
 
 class ArmAccelFinder:
@@ -75,13 +101,8 @@ class ArmAccelFinder:
         self.pending.discard(fullname)
         if not self.pending:
             uninstall()
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        spec = spec_from_others(self, fullname, path, target)
+        if spec is None:
             return None
         if spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec

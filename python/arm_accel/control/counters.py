@@ -7,6 +7,7 @@ Thread-safe; read a typed snapshot with ``arm_accel.stats()`` (:func:`snapshot`)
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -169,10 +170,22 @@ def accelerated_in_this_thread(name: str) -> int:
 
 def snapshot() -> Stats:
     """Every entry recorded since the last :func:`reset`, in name order."""
+    _take_imports()
     with _lock:
         return Stats({name: s.frozen() for name, s in sorted(_stats.items())})
 
 
 def reset() -> None:
+    _take_imports()
     with _lock:
         _stats.clear()
+
+
+def _take_imports() -> None:
+    """Record the imports the import hook ran in the collector's scope since the last call
+    (it keeps them itself: it runs while torch is imported, before this module can be)."""
+    imports = sys.modules.get("arm_accel.bootstrap.imports")
+    if imports is not None:
+        taken = imports.take_counted()
+        if taken:
+            record_calls(imports.STATS_NAME, len(taken), len(taken), sum(taken))

@@ -2,9 +2,10 @@
 
 Each full collection walks the whole live heap (programs, graphs, torch's modules): about 4 s of
 an accelerated llama8 lowering, 0.3-0.9 s per collection of a ``llama4`` script. Inside
-:func:`collecting_less` the objects alive on entry are frozen and the oldest generation's
-threshold is raised to :data:`OLD_GENERATION_THRESHOLD`; the outermost scope puts both back.
-Its scopes: the lowering (:func:`lowering`: the edge stage, ``to_backend``, the Arm pipeline),
+:func:`collecting_less` the process-wide scope of :mod:`arm_accel.runtime.gc_scope` is open
+(the objects alive on entry frozen, the oldest generation's threshold raised to
+:data:`OLD_GENERATION_THRESHOLD`; the last scope to close puts both back). Its scopes: the
+lowering (:func:`lowering`: the edge stage, ``to_backend``, the Arm pipeline),
 ``torch.export``, ``to_executorch`` and the quantization flow's steps. Off with acceleration,
 with the collector disabled, or when the process froze objects itself (design.md, "The garbage
 collector during a lowering").
@@ -13,22 +14,15 @@ collector during a lowering").
 from __future__ import annotations
 
 import functools
-import gc
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from arm_accel.control import switch
+from arm_accel.runtime import gc_scope
+from arm_accel.runtime.gc_scope import OLD_GENERATION_THRESHOLD
 from arm_accel.runtime.scopes import ThreadScope
 
-#: Collections of the middle generation between two full collections (CPython's default: 10).
-OLD_GENERATION_THRESHOLD = 100
-
-_lock = threading.Lock()
-#: Scopes open in the process (any thread), and the thresholds the first one found.
-_open = [0]
-_saved: list[tuple[int, int, int] | None] = [None]
 #: This thread is inside a lowering's scope (other accelerations ask, see in_lowering).
 _thread_scope = ThreadScope()
 
@@ -45,18 +39,11 @@ def collecting_less() -> Iterator[None]:
     if not switch.is_enabled():
         yield
         return
-    with _lock:
-        if _open[0] == 0:
-            _saved[0] = _begin()
-        _open[0] += 1
+    gc_scope.enter()
     try:
         yield
     finally:
-        with _lock:
-            _open[0] -= 1
-            if _open[0] == 0 and _saved[0] is not None:
-                _end(_saved[0])
-                _saved[0] = None
+        gc_scope.leave()
 
 
 @contextmanager
@@ -93,21 +80,6 @@ def collecting(stock: Any) -> Any:
     quantization flow's steps) in :func:`collecting_less`'s scope, not marked as lowering (the
     ``collector.export``, ``collector.to_executorch`` and ``collector.quantize`` rows)."""
     return _in_scope(stock, collecting_less)
-
-
-def _begin() -> tuple[int, int, int] | None:
-    """Freeze and raise the threshold; the thresholds to restore, or None when left alone."""
-    if not gc.isenabled() or gc.get_freeze_count():
-        return None
-    young, middle, old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(young, middle, max(old, OLD_GENERATION_THRESHOLD))
-    return young, middle, old
-
-
-def _end(thresholds: tuple[int, int, int]) -> None:
-    gc.unfreeze()
-    gc.set_threshold(*thresholds)
 
 
 __all__ = [

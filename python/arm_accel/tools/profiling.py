@@ -594,8 +594,8 @@ def is_pass_entry(name: str) -> bool:
 
 
 #: ``stats()`` name prefixes of entries that are not accelerated passes (:func:`is_pass_entry`):
-#: the re-trace engine, the to_edge stage, the verifiers, the quantization flow, the fake memo
-#: and the scoped stock calls.
+#: the re-trace engine, the to_edge stage, the verifiers, the quantization flow, the fake memo,
+#: the scoped stock calls and the imports in the collector's scope.
 NOT_PASSES = (
     "to_edge.",
     "retrace_engine.",
@@ -604,6 +604,7 @@ NOT_PASSES = (
     "fake_memo.",
     "delegate.",
     "export.",
+    "imports.",
 )
 
 
