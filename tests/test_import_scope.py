@@ -124,7 +124,7 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in [n for n in sys.modules if n.split(".")[0] == "scopeprobe"]:
         del sys.modules[name]
     if not installed_before:
-        imports.uninstall()
+        sys.meta_path.remove(imports.installed())
 
 
 def test_outermost_import_runs_in_the_scope(stand_in: Path) -> None:

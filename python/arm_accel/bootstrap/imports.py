@@ -90,13 +90,6 @@ def install() -> "ImportScopeFinder":
     return finder
 
 
-def uninstall() -> None:
-    finder = installed()
-    while finder is not None:
-        sys.meta_path.remove(finder)
-        finder = installed()
-
-
 def bootstrap(fullname, path=None, target=None):  # noqa: ANN001
     """Called by the ``.pth`` bootstrap finder on the first import of a module of
     :data:`PACKAGES`: install the finder and let it answer."""
