@@ -203,6 +203,64 @@ def test_shared_provenance_equals_deep_copy(active: None) -> None:
     assert vars(shared).keys() == vars(stock).keys()
 
 
+def test_deprecated_retrace_shares_provenance(
+    active: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's ``ReplaceViewOpsWithViewCopyOpsPass`` (the deprecated ``ExportPass`` base's
+    re-trace, which the edge stage runs) on copies of one program with two-level chains: in the
+    pipeline with acceleration on, its graph equals stock's (every meta key, provenance naming
+    the same graphs) and its records deep-copied no chain where stock's did (torch 2.13,
+    2.14.0; on 2.15.0 neither does), counted under ``to_edge.provenance``; with the switch off,
+    or outside the pipeline, stock's copies and nothing counted."""
+    import copy
+    import types
+    from contextlib import nullcontext
+
+    from arm_accel.pipeline import engine
+    from arm_accel.runtime import provenance
+    from arm_accel.testing import assert_graphs_identical, tracking_graphs
+    from torch._export.passes.replace_view_ops_with_view_copy_ops_pass import (
+        ReplaceViewOpsWithViewCopyOpsPass,
+    )
+    from torch.fx import traceback as fx_traceback
+
+    ep = _functional_tiny()
+    copies = [0]
+
+    def counted_deepcopy(value: Any, memo: Any = None) -> Any:
+        copies[0] += 1
+        return copy.deepcopy(value, memo)
+
+    monkeypatch.setattr(fx_traceback, "copy", types.SimpleNamespace(deepcopy=counted_deepcopy))
+
+    def retraced(on: bool, in_pipeline: bool) -> tuple[fx.GraphModule, int]:
+        gm = copy.deepcopy(ep.graph_module)
+        pipeline = engine.arm_pipeline() if in_pipeline else nullcontext()
+        copies[0] = 0
+        with pipeline, nullcontext() if on else arm_accel.disabled():
+            result = ReplaceViewOpsWithViewCopyOpsPass()(gm).graph_module
+        return result, copies[0]
+
+    def shared_calls() -> int:
+        return counters.snapshot().get(provenance.STATS_NAME, PassStats()).calls
+
+    deep_copies = sources.live_failure(table.NODE_SOURCE_SHARES) is not None
+    with tracking_graphs():
+        before = shared_calls()
+        (stock, stock_copies), (outside, outside_copies) = (
+            retraced(on=False, in_pipeline=True),
+            retraced(on=True, in_pipeline=False),
+        )
+        assert shared_calls() == before, "counted with the switch off or outside the pipeline"
+        ours, ours_copies = retraced(on=True, in_pipeline=True)
+    assert_graphs_identical(stock, ours)
+    assert_graphs_identical(stock, outside)
+    assert shared_calls() == before + int(deep_copies)
+    assert outside_copies == stock_copies
+    assert (stock_copies > 0) is deep_copies
+    assert ours_copies == 0
+
+
 class _Tiny(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.relu(x + 1).sum(dim=1)

@@ -26,8 +26,8 @@ from torch.fx.passes.infra.pass_base import PassResult
 
 from arm_accel.control import counters, switch
 from arm_accel.fxstock import freshness, order
-from arm_accel.patches import original
-from arm_accel.runtime import codegen, collector, deferred, eval_counter
+from arm_accel.patches import installed, original
+from arm_accel.runtime import codegen, collector, deferred, eval_counter, provenance
 from arm_accel.runtime.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -208,7 +208,9 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
 
 
 def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
-    """torch's ``_ExportPassBaseDeprecatedDoNotUse.call``, stock. The edge stage runs it for
+    """torch's ``_ExportPassBaseDeprecatedDoNotUse.call``, stock; in the pipeline (with
+    acceleration on) its provenance records share their ancestors (:mod:`provenance`), counted
+    under ``provenance.STATS_NAME``. The edge stage runs it for
     ``ReplaceViewOpsWithViewCopyOpsPass`` right before the engine's first re-trace. That pass
     only retargets view ops and calls the base's ``call_operator``, and the base dispatches
     every node as executorch's re-trace does (the same fake mode and python dispatcher, a plain
@@ -218,13 +220,15 @@ def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
         ReplaceViewOpsWithViewCopyOpsPass,
     )
 
-    result = original("retrace_engine.deprecated_call")(self, graph_module)
-    if (
-        type(self) is ReplaceViewOpsWithViewCopyOpsPass
-        and _in_arm_pipeline()
-        and switch.is_enabled()
-        and isinstance(result, PassResult)
-    ):
+    stock = original("retrace_engine.deprecated_call")
+    if not (_in_arm_pipeline() and switch.is_enabled()):
+        return stock(self, graph_module)
+    t0 = time.perf_counter()
+    with provenance.sharing():
+        result = stock(self, graph_module)
+    if installed("edge.provenance"):
+        counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
+    if type(self) is ReplaceViewOpsWithViewCopyOpsPass and isinstance(result, PassResult):
         freshness.record(result.graph_module.graph)
     return result
 

@@ -20,7 +20,8 @@ from torch.fx import traceback as fx_traceback
 from arm_accel.runtime import identity
 from arm_accel.runtime.scopes import ThreadScope
 
-#: ``stats()`` entry: one accelerated call per ``run_decompositions`` call run sharing records.
+#: ``stats()`` entry: one accelerated call per call run sharing records (the edge stage's
+#: ``run_decompositions`` calls, the deprecated ``ExportPass`` base's re-traces in the pipeline).
 STATS_NAME = "to_edge.provenance"
 
 _scope = ThreadScope()
