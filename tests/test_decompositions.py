@@ -203,15 +203,27 @@ def test_shared_provenance_equals_deep_copy(active: None) -> None:
     assert vars(shared).keys() == vars(stock).keys()
 
 
-def test_deprecated_retrace_shares_provenance(
+class _QuantizableTiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.linear = torch.nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x).relu().transpose(2, 3)
+        return self.linear(y.reshape(1, 4, 6, 6)).sum(dim=-1)
+
+
+def test_deprecated_retrace_shares_and_memoizes(
     active: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """torch's ``ReplaceViewOpsWithViewCopyOpsPass`` (the deprecated ``ExportPass`` base's
-    re-trace, which the edge stage runs) on copies of one program with two-level chains: in the
-    pipeline with acceleration on, its graph equals stock's (every meta key, provenance naming
-    the same graphs) and its records deep-copied no chain where stock's did (torch 2.13,
-    2.14.0; on 2.15.0 neither does), counted under ``to_edge.provenance``; with the switch off,
-    or outside the pipeline, stock's copies and nothing counted."""
+    re-trace, which the edge stage runs) on copies of the INT program the edge stage hands to
+    it: in the pipeline with acceleration on, its graph equals stock's (every meta key,
+    provenance naming the same graphs), its records deep-copied no chain where stock's did
+    (torch 2.13, 2.14.0; on 2.15.0 neither does) and the fake memo served its quantize /
+    dequantize calls, counted; with the switch off, or outside the pipeline, stock's copies
+    and nothing counted or served."""
     import copy
     import types
     from contextlib import nullcontext
@@ -224,7 +236,11 @@ def test_deprecated_retrace_shares_provenance(
     )
     from torch.fx import traceback as fx_traceback
 
-    ep = _functional_tiny()
+    torch.manual_seed(0)
+    exported = models.export_for_arm(_QuantizableTiny().eval(), (torch.randn(1, 3, 8, 8),), "INT")
+    with arm_accel.disabled(), edge_stage_output() as programs:
+        models.lower(exported, "INT")
+    (program,) = programs
     copies = [0]
 
     def counted_deepcopy(value: Any, memo: Any = None) -> Any:
@@ -234,28 +250,30 @@ def test_deprecated_retrace_shares_provenance(
     monkeypatch.setattr(fx_traceback, "copy", types.SimpleNamespace(deepcopy=counted_deepcopy))
 
     def retraced(on: bool, in_pipeline: bool) -> tuple[fx.GraphModule, int]:
-        gm = copy.deepcopy(ep.graph_module)
+        gm = copy.deepcopy(program.graph_module)
         pipeline = engine.arm_pipeline() if in_pipeline else nullcontext()
         copies[0] = 0
         with pipeline, nullcontext() if on else arm_accel.disabled():
             result = ReplaceViewOpsWithViewCopyOpsPass()(gm).graph_module
         return result, copies[0]
 
-    def shared_calls() -> int:
-        return counters.snapshot().get(provenance.STATS_NAME, PassStats()).calls
+    def counts() -> tuple[int, int]:
+        return counters.snapshot().get(provenance.STATS_NAME, PassStats()).calls, _served()
 
     deep_copies = sources.live_failure(table.NODE_SOURCE_SHARES) is not None
     with tracking_graphs():
-        before = shared_calls()
+        before = counts()
         (stock, stock_copies), (outside, outside_copies) = (
             retraced(on=False, in_pipeline=True),
             retraced(on=True, in_pipeline=False),
         )
-        assert shared_calls() == before, "counted with the switch off or outside the pipeline"
+        assert counts() == before, "counted or served with the switch off or outside the pipeline"
         ours, ours_copies = retraced(on=True, in_pipeline=True)
     assert_graphs_identical(stock, ours)
     assert_graphs_identical(stock, outside)
-    assert shared_calls() == before + int(deep_copies)
+    shared, served = counts()
+    assert shared == before[0] + int(deep_copies)
+    assert served > before[1], "the fake memo served no quantize/dequantize call"
     assert outside_copies == stock_copies
     assert (stock_copies > 0) is deep_copies
     assert ours_copies == 0

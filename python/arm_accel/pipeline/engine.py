@@ -27,7 +27,14 @@ from torch.fx.passes.infra.pass_base import PassResult
 from arm_accel.control import counters, switch
 from arm_accel.fxstock import freshness, order
 from arm_accel.patches import installed, original
-from arm_accel.runtime import codegen, collector, deferred, eval_counter, provenance
+from arm_accel.runtime import (
+    codegen,
+    collector,
+    deferred,
+    eval_counter,
+    fake_memo,
+    provenance,
+)
 from arm_accel.runtime.scopes import ThreadScope
 
 logger = logging.getLogger("arm_accel")
@@ -209,8 +216,9 @@ def accelerated_call(self: Any, graph_module: fx.GraphModule) -> Any:
 
 def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
     """torch's ``_ExportPassBaseDeprecatedDoNotUse.call``, stock; in the pipeline (with
-    acceleration on) its provenance records share their ancestors (:mod:`provenance`), counted
-    under ``provenance.STATS_NAME``. The edge stage runs it for
+    acceleration on) its provenance records share their ancestors (:mod:`provenance`, counted
+    under ``provenance.STATS_NAME``) and the fake memo serves its quantize/dequantize calls
+    (:func:`fake_memo.dispatching`), as in the edge stage's other calls. The edge stage runs it for
     ``ReplaceViewOpsWithViewCopyOpsPass`` right before the engine's first re-trace. That pass
     only retargets view ops and calls the base's ``call_operator``, and the base dispatches
     every node as executorch's re-trace does (the same fake mode and python dispatcher, a plain
@@ -224,7 +232,7 @@ def deprecated_base_call(self: Any, graph_module: fx.GraphModule) -> Any:
     if not (_in_arm_pipeline() and switch.is_enabled()):
         return stock(self, graph_module)
     t0 = time.perf_counter()
-    with provenance.sharing():
+    with provenance.sharing(), fake_memo.dispatching():
         result = stock(self, graph_module)
     if installed("edge.provenance"):
         counters.record_call(provenance.STATS_NAME, time.perf_counter() - t0, accelerated=True)
