@@ -139,6 +139,39 @@ def test_a_new_graph_is_served_the_calls_run_before() -> None:
     assert dtype_check.last_calls()[0] >= 2
 
 
+class _QuantizableNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x))).relu()
+
+
+def test_quantize_calls_are_served_by_the_fake_memo() -> None:
+    """An INT edge graph checked for the first time inside a lowering: it passes, as stock's
+    check does outside one, and the fake mode's memo served quantize/dequantize calls that
+    repeat on the same fake values with other scales (counted under ``fake_memo.dispatch``);
+    stock's check served none."""
+    from arm_accel.runtime import fake_memo
+    from executorch.exir import to_edge
+
+    def served() -> int:
+        return counters.snapshot().get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated
+
+    torch.manual_seed(0)
+    inputs = (torch.randn(3, 8),)
+    gm = to_edge(models.export_for_arm(_QuantizableNet().eval(), inputs, "INT"))
+    gm = gm.exported_program().graph_module
+    assert any("quantize_per_tensor" in str(n.target) for n in gm.graph.nodes)
+    before = served()
+    verifier._check_tensor_args_matching_op_allowed_dtype(copy.deepcopy(gm))  # stock's
+    assert served() == before
+    _check(gm)
+    assert dtype_check.last_calls()[1] > 0
+    assert served() > before
+
+
 def test_validator_sits_above_the_interpreter() -> None:
     """The verifier's module builds the stock validator with the remembering interpreter
     under it: stock's ``call_function`` runs first and reaches ours through ``super()``."""

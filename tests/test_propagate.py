@@ -35,8 +35,10 @@ def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
 
 def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
     """Every captured propagation call: ours equals stock (graph, ``modified``), with no more
-    re-traces, and ran accelerated (a call that fell back would compare stock with stock)."""
+    re-traces, and ran accelerated (a call that fell back would compare stock with stock); the
+    fake memo served quantize/dequantize calls of the virtual re-traces (the INT captures)."""
     from arm_accel.control import counters
+    from arm_accel.runtime import fake_memo
 
     records = [r for r in captured if r.pass_name in PASS_NAMES]
     assert records, "the lowering did not call the propagation passes"
@@ -59,6 +61,7 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
     for name in {r.pass_name for r in records}:
         ours_calls = sum(r.pass_name == name for r in records)
         assert snap[name].accelerated == ours_calls, (name, snap[name])
+    assert snap.get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated > 0
 
 
 def _lower(name: str, ours: bool) -> list[bytes]:

@@ -328,7 +328,7 @@ def checking(stock: Any) -> Any:
     @functools.wraps(stock)
     def _check_tensor_args_matching_op_allowed_dtype(gm: Any) -> None:
         from arm_accel.control import counters, switch
-        from arm_accel.runtime import collector
+        from arm_accel.runtime import collector, fake_memo
 
         if not collector.in_lowering() or not switch.is_enabled():
             return stock(gm)
@@ -348,7 +348,9 @@ def checking(stock: Any) -> Any:
         counts = [0, 0]
         _local.calls = (calls, mode, counts)
         try:
-            stock(gm)  # raises as stock does; then nothing is remembered
+            # the mode's memo serves the quantize/dequantize and TOSA calls (fake_memo)
+            with fake_memo.dispatching():
+                stock(gm)  # raises as stock does; then nothing is remembered
         finally:
             _local.calls = None
             _local.last_calls = tuple(counts)

@@ -22,7 +22,7 @@ from torch import fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from arm_accel.fxstock import freshness, names, order
-from arm_accel.runtime import identity
+from arm_accel.runtime import fake_memo, identity
 
 _local = threading.local()
 
@@ -243,14 +243,15 @@ class VirtualRetracer:
     @contextmanager
     def _faking(self) -> Iterator[None]:
         """The graph's fake mode (accepting real tensors, as a re-trace's fake runs do) and
-        the python dispatcher."""
+        the python dispatcher; the mode's memo serves the quantize/dequantize and TOSA calls
+        (:func:`fake_memo.dispatching`, as in the engine's re-traces)."""
         from torch._dispatch.python import enable_python_dispatcher
 
         fake_mode = self.fake_mode
         prev_allow = fake_mode.allow_non_fake_inputs
         fake_mode.allow_non_fake_inputs = True
         try:
-            with fake_mode, enable_python_dispatcher():
+            with fake_mode, enable_python_dispatcher(), fake_memo.dispatching():
                 yield
         finally:
             fake_mode.allow_non_fake_inputs = prev_allow
