@@ -36,7 +36,8 @@ def _tosa_context(instance: object):  # type: ignore[no-untyped-def]
 def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> None:
     """Every captured propagation call: ours equals stock (graph, ``modified``), with no more
     re-traces, and ran accelerated (a call that fell back would compare stock with stock); the
-    fake memo served quantize/dequantize calls of the virtual re-traces (the INT captures)."""
+    fake memo served quantize/dequantize calls of the virtual re-traces (where the captures
+    hold them: the INT models)."""
     from arm_accel.control import counters
     from arm_accel.runtime import fake_memo
 
@@ -61,7 +62,13 @@ def test_differential_on_captured_graphs(captured: list[capture.Captured]) -> No
     for name in {r.pass_name for r in records}:
         ours_calls = sum(r.pass_name == name for r in records)
         assert snap[name].accelerated == ours_calls, (name, snap[name])
-    assert snap.get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated > 0
+    quantized = any(
+        "quantized_decomposed" in str(n.target)
+        for r in records
+        for n in r.fresh_graph().graph.nodes
+    )
+    if quantized:
+        assert snap.get(fake_memo.DISPATCH_STATS_NAME, PassStats()).accelerated > 0
 
 
 def _lower(name: str, ours: bool) -> list[bytes]:
