@@ -25,9 +25,11 @@ STATS_NAME = "imports.collector"
 
 #: Per thread: an outermost import of PACKAGES is being resolved or executed.
 _local = threading.local()
-#: Seconds of the scoped imports not counted yet: the counters cannot be imported while torch
-#: is (they import the patch table); ``counters.snapshot()`` takes them (:func:`take_counted`).
-_pending: list[float] = []
+#: The scoped imports not counted yet (how many, their seconds): the counters cannot be
+#: imported while torch is (they import the patch table); ``counters.snapshot()`` takes them
+#: (:func:`take_counted`).
+_tally_lock = threading.Lock()
+_tally: list[float] = [0, 0.0]
 
 
 class _ScopedLoader(DelegatingLoader):
@@ -42,7 +44,9 @@ class _ScopedLoader(DelegatingLoader):
         finally:
             gc_scope.leave()
             _local.busy = False
-            _pending.append(time.perf_counter() - start)
+            with _tally_lock:
+                _tally[0] += 1
+                _tally[1] += time.perf_counter() - start
 
 
 class ImportScopeFinder:
@@ -96,9 +100,10 @@ def bootstrap(fullname, path=None, target=None):  # noqa: ANN001
     return install().find_spec(fullname, path, target)
 
 
-def take_counted() -> list[float]:
-    """The seconds of the scoped imports since the last call (for ``counters.snapshot()``)."""
-    taken = []
-    while _pending:
-        taken.append(_pending.pop())
-    return taken
+def take_counted() -> tuple[int, float]:
+    """How many imports ran in the scope since the last call, and their seconds (for
+    ``counters.snapshot()``)."""
+    with _tally_lock:
+        calls, seconds = int(_tally[0]), _tally[1]
+        _tally[0], _tally[1] = 0, 0.0
+    return calls, seconds

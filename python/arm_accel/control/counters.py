@@ -186,6 +186,6 @@ def _take_imports() -> None:
     (it keeps them itself: it runs while torch is imported, before this module can be)."""
     imports = sys.modules.get("arm_accel.bootstrap.imports")
     if imports is not None:
-        taken = imports.take_counted()
-        if taken:
-            record_calls(imports.STATS_NAME, len(taken), len(taken), sum(taken))
+        calls, seconds = imports.take_counted()
+        if calls:
+            record_calls(imports.STATS_NAME, calls, calls, seconds)
