@@ -25,7 +25,7 @@ def typed(value: Any) -> Any:
 
 
 def edge_yaml() -> str:
-    return resources.read_text(edge_package, "edge.yaml", encoding="utf-8")
+    return resources.files(edge_package).joinpath("edge.yaml").read_text(encoding="utf-8")
 
 
 def test_executorch_safe_loader_uses_the_c_parser() -> None:
