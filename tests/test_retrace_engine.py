@@ -39,6 +39,7 @@ MUL = exir_ops.edge.aten.mul.Tensor
 NEG = exir_ops.edge.aten.neg.default
 RELU = exir_ops.edge.aten.relu.default
 VIEW = exir_ops.edge.aten.view_copy.default
+aten_linear = torch.ops.aten.linear.default
 BMM = exir_ops.edge.aten.bmm.default
 
 
@@ -483,6 +484,31 @@ def test_values_of_another_grad_mode_are_dispatched_again() -> None:
     assert_graphs_identical(expected, result.graph_module)
     assert linear.meta["val"].requires_grad
     assert run.dispatched == sum(n.op == "call_function" for n in fresh.graph.nodes)
+
+
+def test_values_on_parameter_inputs_are_kept_under_grad() -> None:
+    """A module as ``prepare_pt2e`` gets it (parameters fetched by ``get_attr``, grad mode on):
+    after one in-place re-trace, a second one keeps the values of the nodes that read a
+    parameter (``linear``; its ``get_attr`` made again at the use, as stock does) and of every
+    node after it, dispatching nothing, and equals stock's re-trace of the same graph, the
+    autograd counter moved as far as stock's dispatch moved it (each side's ``seq_nr`` s
+    included in the comparison)."""
+    torch.manual_seed(0)
+    inputs = (torch.randn(4, 8), torch.randn(4, 8))
+    module = torch.export.export(Small(), inputs).module(check_guards=False)
+    assert any(n.op == "get_attr" for n in module.graph.nodes)
+    first = engine_retrace(Identity(), module).graph_module
+    counters.reset()
+    start = torch.autograd._get_sequence_nr()
+    expected = stock_retrace(Identity(), copy.deepcopy(first)).graph_module
+    stock_moved = torch.autograd._get_sequence_nr() - start
+    start = torch.autograd._get_sequence_nr()
+    result, run = inplace.retrace(Identity(), first)
+    assert torch.autograd._get_sequence_nr() - start == stock_moved > 0
+    assert_graphs_identical(expected, result.graph_module)
+    assert run.dispatched == 0 and run.stowed_kept >= 1
+    linear = next(n for n in result.graph_module.graph.nodes if n.target == aten_linear)
+    assert any(i.op == "get_attr" for i in linear.all_input_nodes)
 
 
 class Bmm(torch.nn.Module):

@@ -72,6 +72,9 @@ def same_value(a: Any, b: Any) -> bool:
 #: ``stats()`` entry: values requiring grad a re-trace kept, the autograd counter moved as
 #: their dispatch would have moved it (one call per value, recorded per re-trace).
 GRAD_KEPT_STATS_NAME = "retrace_engine.grad_kept"
+#: ``stats()`` entry: values a re-trace kept on an input fetched by a ``get_attr`` (a parameter
+#: or tensor constant, a real tensor), one call per value, recorded per re-trace.
+STOWED_KEPT_STATS_NAME = "retrace_engine.stowed_input_kept"
 
 #: Leaf types ``proxy_data`` hands back as they are (pytree leaves, never a ProxyValue).
 _PLAIN_LEAVES = fake_memo.BY_VALUE | {float, FakeTensor, torch.Tensor}
@@ -307,6 +310,15 @@ def _requires_grad(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.requires_grad
 
 
+def _accepts_real_inputs(mode: Any) -> bool:
+    """The fake mode's dispatch converts real tensor inputs (``FakeTensorMode
+    .validate_and_convert_non_fake_tensors``: the thread's override, else the mode's flag)."""
+    from torch._subclasses.fake_tensor import fake_tensor_tls
+
+    override = fake_tensor_tls.allow_non_fake_inputs_override
+    return bool(mode.allow_non_fake_inputs if override is None else override)
+
+
 def _pins_dispatch(leaf: Any, grad_counted: bool) -> bool:
     """A fake constant, or, where the re-trace reads the autograd counter (``grad_counted``),
     a tensor requiring grad (its dispatch creates an autograd node, which moves the counter)."""
@@ -525,6 +537,8 @@ class InplaceRetrace:
         #: Per node, the autograd nodes its value's dispatch created (for the next record).
         self.grad_nodes: dict[fx.Node, int] = {}
         self.grad_kept = 0  # values kept whose dispatch created autograd nodes
+        self.stowed_kept = 0  # values kept on an input a ``get_attr`` fetched
+        self.mode: Any = None  # the pass's fake mode (set when the interpretation starts)
 
     # -- hooks the tracer and the pass call ------------------------------------------------
     def insert(self, node: fx.Node) -> None:
@@ -636,6 +650,8 @@ class InplaceRetrace:
         if moves is not _DISPATCH:
             res_data = self.old_val[node]
             self._keep(node, moves)
+            env = self.env
+            self.stowed_kept += any(type(env[i]) is not ProxyValue for i in node._input_nodes)
         else:
             args_data, kwargs_data = proxy_data((args, kwargs))
             counted = self.counting and kind == "call_function"
@@ -752,13 +768,29 @@ class InplaceRetrace:
         for inp in node._input_nodes:
             proxy = env.get(inp)
             entry = left.get(inp)
-            if entry is None or not isinstance(proxy, ProxyValue):
+            if entry is None:
                 return False
+            if not isinstance(proxy, ProxyValue):
+                # A fetched ``get_attr`` (a real tensor) holds where the node is rebuilt anyway.
+                if same_nodes or not self._stowed_input_holds(proxy, entry, grad_counted):
+                    return False
+                continue
             if same_nodes and proxy.node is not inp:
                 return False
             if not _keepable(proxy.data, grad_counted) or not _same_input(proxy.data, entry.val):
                 return False
         return True
+
+    def _stowed_input_holds(self, value: Any, entry: freshness.Left, grad_counted: bool) -> bool:
+        """A real tensor fetched by a ``get_attr`` input: fake dispatch would convert it to the
+        fake tensor the fake mode's converter remembers for it, without side effects. It holds
+        when that fake is the very value recorded for the input (the ``get_attr`` our last
+        re-trace stowed, whose ``val`` ``set_metadata`` took from the same memo), keepable, and
+        dispatch would accept a real input (design.md, "The re-trace engine")."""
+        if type(value) not in _STOWED or value.is_mkldnn or not _accepts_real_inputs(self.mode):
+            return False
+        fake = self.mode.fake_tensor_converter._get_memo(value)
+        return fake is not None and fake is entry.val and _keepable(fake, grad_counted)
 
     def _keep_rule(self, node: fx.Node) -> tuple[bool, int | None]:
         """Whether values requiring grad pin the node's dispatch, and how many autograd nodes
@@ -786,7 +818,7 @@ class InplaceRetrace:
         prev_tracer = pass_.tracer
         tracer = type(pass_).ExportTracer(pass_, self.graph._codegen)
         tracer.graph = self.graph
-        tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
+        tracer.fake_tensor_mode = self.mode = prev_tracer.fake_tensor_mode
         interpreter = _interpreter_class(interpreter_cls)(pass_, self.gm)
         interpreter.engine, interpreter.through = self, passthrough(pass_, self.gm)
         prev_interpreter = pass_.interpreter
@@ -917,6 +949,8 @@ class InplaceRetrace:
         freshness.record(graph, self.grad_nodes)
         if self.grad_kept:
             counters.record_calls(GRAD_KEPT_STATS_NAME, self.grad_kept, self.grad_kept, 0.0)
+        if self.stowed_kept:
+            counters.record_calls(STOWED_KEPT_STATS_NAME, self.stowed_kept, self.stowed_kept, 0.0)
         # Stock's re-trace built a new graph: records made from these nodes from now on name
         # another graph than those this re-trace made.
         identity.renew(graph)
