@@ -50,11 +50,18 @@ def decline_reason(observer: Any) -> str | None:
         return "histogram is not a 1-d float32 tensor"
     if histogram.device.type != "cpu":
         return "histogram is not on the CPU"
+    if histogram.is_neg() or histogram._is_zerotensor():
+        return _NOT_IN_MEMORY
     if not isinstance(observer.bins, int) or observer.bins < 1:
         return "bins is not a positive int"
     if histogram.size()[0] != observer.bins:
         return "bins mismatch"  # stock's assertion raises
     return _modes_reason()
+
+
+#: A histogram whose memory does not hold its values (``numpy()`` refuses a negative view; a
+#: zero tensor has no storage): the search runs stock.
+_NOT_IN_MEMORY = "histogram a negative view or a zero tensor"
 
 
 def _modes_reason() -> str | None:
@@ -245,6 +252,8 @@ def _whole_inputs(observer: Any) -> tuple[Any, float, float, int] | str:
         and lo.dim() == 0
         and hi.dim() == 0
         and hist.is_contiguous()
+        and not hist.is_neg()
+        and not hist._is_zerotensor()
         and type(bins) is int
         and 1 <= bins < 2**24
         and type(dst_nbins) is int
@@ -280,6 +289,8 @@ def _whole_decline(
         return "bins not an int from 1 to 2^24 - 1, or not the histogram's size"
     if not hist.is_contiguous() or hist.requires_grad:
         return "histogram not contiguous, or requires grad"
+    if hist.is_neg() or hist._is_zerotensor():
+        return _NOT_IN_MEMORY
     for value in (lo, hi):
         if value.dim() != 0 or value.dtype != torch.float32 or not value.is_cpu:
             return "min_val/max_val not 0-dim float32 CPU tensors"
