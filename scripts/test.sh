@@ -84,6 +84,7 @@ SMOKE_TESTS=(
   tests/test_eval_counter.py
   tests/test_dynamo_header.py
   "tests/test_retrace_engine.py::test_every_pass_identical_to_stock"
+  "tests/test_retrace_engine.py::test_values_on_parameter_inputs_are_kept_under_grad"
   "tests/test_decompositions.py::test_lowering_equals_stock"
 )
 other_torch() {
