@@ -39,7 +39,7 @@ MUL = exir_ops.edge.aten.mul.Tensor
 NEG = exir_ops.edge.aten.neg.default
 RELU = exir_ops.edge.aten.relu.default
 VIEW = exir_ops.edge.aten.view_copy.default
-aten_linear = torch.ops.aten.linear.default
+LINEAR = torch.ops.aten.linear.default
 BMM = exir_ops.edge.aten.bmm.default
 
 
@@ -507,7 +507,7 @@ def test_values_on_parameter_inputs_are_kept_under_grad() -> None:
     assert torch.autograd._get_sequence_nr() - start == stock_moved > 0
     assert_graphs_identical(expected, result.graph_module)
     assert run.dispatched == 0 and run.stowed_kept >= 1
-    linear = next(n for n in result.graph_module.graph.nodes if n.target == aten_linear)
+    linear = next(n for n in result.graph_module.graph.nodes if n.target == LINEAR)
     assert any(i.op == "get_attr" for i in linear.all_input_nodes)
 
 

@@ -538,7 +538,6 @@ class InplaceRetrace:
         self.grad_nodes: dict[fx.Node, int] = {}
         self.grad_kept = 0  # values kept whose dispatch created autograd nodes
         self.stowed_kept = 0  # values kept on an input a ``get_attr`` fetched
-        self.mode: Any = None  # the pass's fake mode (set when the interpretation starts)
 
     # -- hooks the tracer and the pass call ------------------------------------------------
     def insert(self, node: fx.Node) -> None:
@@ -787,9 +786,10 @@ class InplaceRetrace:
         when that fake is the very value recorded for the input (the ``get_attr`` our last
         re-trace stowed, whose ``val`` ``set_metadata`` took from the same memo), keepable, and
         dispatch would accept a real input (design.md, "The re-trace engine")."""
-        if type(value) not in _STOWED or value.is_mkldnn or not _accepts_real_inputs(self.mode):
+        mode = self.interpreter.mode  # the pass's fake mode
+        if type(value) not in _STOWED or value.is_mkldnn or not _accepts_real_inputs(mode):
             return False
-        fake = self.mode.fake_tensor_converter._get_memo(value)
+        fake = mode.fake_tensor_converter._get_memo(value)
         return fake is not None and fake is entry.val and _keepable(fake, grad_counted)
 
     def _keep_rule(self, node: fx.Node) -> tuple[bool, int | None]:
@@ -818,7 +818,7 @@ class InplaceRetrace:
         prev_tracer = pass_.tracer
         tracer = type(pass_).ExportTracer(pass_, self.graph._codegen)
         tracer.graph = self.graph
-        tracer.fake_tensor_mode = self.mode = prev_tracer.fake_tensor_mode
+        tracer.fake_tensor_mode = prev_tracer.fake_tensor_mode
         interpreter = _interpreter_class(interpreter_cls)(pass_, self.gm)
         interpreter.engine, interpreter.through = self, passthrough(pass_, self.gm)
         prev_interpreter = pass_.interpreter
